@@ -1,0 +1,38 @@
+# Pilotfish — see README.md. Every target works on a fresh machine.
+SHELL := /bin/bash
+CARGO ?= cargo
+
+.PHONY: all build test test-deps lint unit integration crds crds-check bench run
+
+all: build
+
+build:
+	$(CARGO) build --workspace --bins
+
+## Installs what the tests need (redis-server, kubectl/helm, Python venvs).
+test-deps:
+	./scripts/install-test-deps.sh
+
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## Unit tests run in parallel; process-level integration tests run serially, after the
+## binaries they start have been built.
+unit:
+	$(CARGO) test --workspace --lib --bins
+	$(CARGO) test --workspace --doc
+
+integration: build
+	$(CARGO) test --workspace --test "*" -- --test-threads=1
+
+test: test-deps lint crds-check unit integration
+
+crds:
+	./scripts/gen-crds.sh
+
+crds-check:
+	./scripts/gen-crds.sh --check
+
+bench:
+	$(CARGO) bench --workspace

@@ -1,0 +1,2 @@
+//! pilotfish-controller entry point.
+fn main() {}

@@ -1,0 +1,2 @@
+//! Test Kubernetes API server binary.
+fn main() {}

@@ -1,0 +1,1 @@
+//! Pilotfish test infrastructure.

@@ -1,0 +1,2 @@
+//! pilotfish-xds entry point.
+fn main() {}
