@@ -6,13 +6,19 @@
 //! - [`model`]: the mesh model (services, endpoints, proxies) and conversions from
 //!   Kubernetes objects.
 //! - [`push_context`]: the immutable snapshot of the mesh and its pure builder.
+//! - [`config`]: object identity and the errors reported about objects.
+//! - [`mesh_config`]: the MeshConfig subset Pilotfish honours.
 //! - [`codec`]: the snapshot blob format (protobuf + zstd + header).
 //! - [`bus`]: publishing and following snapshots (in-memory and Redis).
 //! - [`source`]: reading Kubernetes-style YAML from a folder.
+//! - [`synthetic`]: generated meshes for benchmarks, load tools and tests.
 
 pub mod api;
 pub mod bus;
 pub mod codec;
+pub mod config;
+pub mod mesh_config;
 pub mod model;
 pub mod push_context;
 pub mod source;
+pub mod synthetic;

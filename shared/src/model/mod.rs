@@ -1,6 +1,12 @@
 //! The mesh model: what Pilotfish knows about services, endpoints and proxies, independent
 //! of where it came from (Kubernetes, ServiceEntry, a folder of YAML).
 
+mod endpoint;
+pub mod kube;
 mod proxy;
+mod service;
 
+pub use endpoint::{Endpoint, EndpointHealth, Locality, PortEndpoints, ServiceEndpoints, labels_match};
+pub use kube::PodInfo;
 pub use proxy::{Proxy, ProxyGenerator, ProxyType};
+pub use service::{ExportTo, Protocol, Resolution, Service, ServiceOrigin, ServicePort, TargetPort};

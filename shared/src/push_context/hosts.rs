@@ -1,0 +1,126 @@
+//! Host names as Istio treats them: short names resolved against a namespace and the
+//! cluster domain, and wildcard matching (`*.example.com`, `*`).
+
+/// Resolves a host as written in a config owned by `namespace`: `reviews` becomes
+/// `reviews.<namespace>.svc.<domain>`; `reviews.other` becomes `reviews.other.svc.<domain>`;
+/// names with two or more dots, wildcards and `*` are kept as written (lower-cased).
+pub fn resolve_short_name(host: &str, namespace: &str, domain: &str) -> String {
+    let host = host.trim().to_ascii_lowercase();
+    if host.starts_with('*') || host.contains(':') {
+        return host;
+    }
+    match host.matches('.').count() {
+        0 => format!("{host}.{namespace}.svc.{domain}"),
+        // `name.namespace` is Istio's short form for another namespace's service.
+        1 => format!("{host}.svc.{domain}"),
+        _ => host,
+    }
+}
+
+/// Whether `pattern` (a config host, possibly a wildcard) matches the concrete `host`.
+pub fn host_matches(pattern: &str, host: &str) -> bool {
+    if pattern == "*" || pattern == host {
+        return true;
+    }
+    match pattern.strip_prefix('*') {
+        // `*.example.com` matches `a.example.com` and `a.b.example.com`, not `example.com`.
+        Some(suffix) => host.len() > suffix.len() && host.ends_with(suffix),
+        None => {
+            // A wildcard host (a ServiceEntry `*.example.com`) is matched by a config that
+            // names the same or a wider wildcard only.
+            false
+        }
+    }
+}
+
+/// How specific a matching pattern is: exact hosts beat wildcards, longer wildcards beat
+/// shorter ones. Used to pick the most specific config for a host, as Istio does.
+pub fn specificity(pattern: &str) -> (bool, usize) {
+    (!pattern.starts_with('*'), pattern.len())
+}
+
+/// Validates a host name as Istio does for config hosts: DNS labels of letters, digits and
+/// `-` (at most 63 characters each, 253 in all), optionally starting with a `*` label.
+/// Returns the reason on failure.
+pub fn check_host(host: &str, allow_wildcard: bool) -> Result<(), String> {
+    if host.is_empty() {
+        return Err("host must not be empty".to_string());
+    }
+    if host == "*" {
+        return if allow_wildcard { Ok(()) } else { Err("`*` is not allowed here".to_string()) };
+    }
+    if host.len() > 253 {
+        return Err(format!("host {host:?} is longer than 253 characters"));
+    }
+    if host.contains('*') && !host.starts_with("*.") {
+        return Err(format!("wildcard must be a whole leading label in host {host:?} (like `*.example.com`)"));
+    }
+    let mut labels = host.split('.').peekable();
+    if let Some(first) = labels.peek()
+        && first.starts_with('*')
+    {
+        if !allow_wildcard {
+            return Err(format!("wildcard host {host:?} is not allowed here"));
+        }
+        labels.next();
+    }
+    for label in labels {
+        check_dns_label(label).map_err(|r| format!("host {host:?}: {r}"))?;
+    }
+    Ok(())
+}
+
+fn check_dns_label(label: &str) -> Result<(), String> {
+    if label.is_empty() {
+        return Err("empty DNS label".to_string());
+    }
+    if label.len() > 63 {
+        return Err(format!("DNS label {label:?} is longer than 63 characters"));
+    }
+    if !label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        return Err(format!("DNS label {label:?} may only hold letters, digits and '-'"));
+    }
+    if label.starts_with('-') || label.ends_with('-') {
+        return Err(format!("DNS label {label:?} must not start or end with '-'"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_names_resolve_like_istio() {
+        assert_eq!(resolve_short_name("reviews", "bookinfo", "cluster.local"), "reviews.bookinfo.svc.cluster.local");
+        assert_eq!(resolve_short_name("reviews.other", "bookinfo", "cluster.local"), "reviews.other.svc.cluster.local");
+        assert_eq!(resolve_short_name("api.example.com", "bookinfo", "cluster.local"), "api.example.com");
+        assert_eq!(resolve_short_name("*.example.com", "x", "cluster.local"), "*.example.com");
+        assert_eq!(resolve_short_name("Reviews", "b", "c.d"), "reviews.b.svc.c.d");
+        assert_eq!(resolve_short_name("*", "b", "c.d"), "*");
+    }
+
+    #[test]
+    fn wildcard_matching() {
+        assert!(host_matches("*", "a.b"));
+        assert!(host_matches("*.example.com", "a.example.com"));
+        assert!(host_matches("*.example.com", "a.b.example.com"));
+        assert!(!host_matches("*.example.com", "example.com"));
+        assert!(!host_matches("a.example.com", "b.example.com"));
+        assert!(host_matches("a.example.com", "a.example.com"));
+        assert!(specificity("a.example.com") > specificity("*.example.com"));
+        assert!(specificity("*.a.example.com") > specificity("*.example.com"));
+    }
+
+    #[test]
+    fn host_validation() {
+        assert!(check_host("reviews.default.svc.cluster.local", false).is_ok());
+        assert!(check_host("*.example.com", true).is_ok());
+        assert!(check_host("*.example.com", false).is_err());
+        assert!(check_host("a*.example.com", true).unwrap_err().contains("whole leading label"));
+        assert!(check_host("bad_host", false).unwrap_err().contains("letters, digits"));
+        assert!(check_host("", false).is_err());
+        assert!(check_host("a..b", false).unwrap_err().contains("empty DNS label"));
+        assert!(check_host("-a.b", false).is_err());
+    }
+}
