@@ -6,10 +6,12 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 venv="$root/.venv-tools"
 # Pinned so that `make crds-check` gives the same answer on every machine.
-requirements=("kubernetes-validate==1.37.0")
+kubernetes_validate_version=1.37.0
+requirements=("kubernetes-validate==$kubernetes_validate_version")
 
-if [ -x "$venv/bin/kubernetes-validate" ] \
-  && "$venv/bin/python" -m pip freeze 2>/dev/null | grep -qx "${requirements[0]}"; then
+installed=$("$venv/bin/python" -c \
+  'import importlib.metadata as m; print(m.version("kubernetes-validate"))' 2>/dev/null || true)
+if [ -x "$venv/bin/kubernetes-validate" ] && [ "$installed" = "$kubernetes_validate_version" ]; then
   exit 0
 fi
 

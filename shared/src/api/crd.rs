@@ -34,11 +34,35 @@ pub fn file_name(crd: &CustomResourceDefinition) -> String {
 /// changes when the types do.
 pub fn to_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_saphyr::SerializeError> {
     // Going through a JSON value sorts every map's keys (serde_json's default map).
-    let value = serde_json::to_value(crd).unwrap_or(Value::Null);
+    let mut value = serde_json::to_value(crd).unwrap_or(Value::Null);
+    integral_bounds(&mut value);
     Ok(format!(
         "{GENERATED_HEADER}{}",
         serde_saphyr::to_string(&value)?
     ))
+}
+
+/// `JSONSchemaProps` holds `minimum`/`maximum` as `f64`; write whole bounds as integers
+/// (`maximum: 4294967295`, not `4294967295.0`), as Istio's CRDs do.
+fn integral_bounds(node: &mut Value) {
+    match node {
+        Value::Object(object) => {
+            for (key, child) in object.iter_mut() {
+                let whole = child
+                    .as_f64()
+                    .filter(|f| f.fract() == 0.0 && f.abs() < 2e18);
+                match whole {
+                    // Exact: whole and well inside i64's range.
+                    Some(f) if key == "minimum" || key == "maximum" => {
+                        *child = Value::from(f as i64)
+                    }
+                    _ => integral_bounds(child),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_bounds),
+        _ => {}
+    }
 }
 
 /// Takes the single `v1` version kube derives, cleans its schema, and serves it under every
@@ -77,9 +101,23 @@ fn clean_schema(props: &JSONSchemaProps) -> JSONSchemaProps {
     serde_json::from_value(value).unwrap_or_else(|_| props.clone())
 }
 
+/// Normalizes one schema node (recursively): Kubernetes-known formats only, no `default`s
+/// (Istio's CRDs default nothing; the API server would otherwise fill them in), no `null`
+/// among enum values (`nullable` says it), and the int-or-string `anyOf` spelled out (the
+/// structural rewriter empties its branches).
 fn clean_node(node: &mut Value) {
     match node {
         Value::Object(object) => {
+            object.remove("default");
+            if let Some(Value::Array(values)) = object.get_mut("enum") {
+                values.retain(|v| !v.is_null());
+            }
+            if object.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) {
+                object.insert(
+                    "anyOf".into(),
+                    serde_json::json!([{ "type": "integer" }, { "type": "string" }]),
+                );
+            }
             let unsigned_32 = matches!(
                 object.get("format").and_then(Value::as_str),
                 Some("uint32" | "uint16" | "uint8")

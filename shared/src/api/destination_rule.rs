@@ -12,8 +12,9 @@ use super::common::{Labels, OneofGroup, Oneofs, PortSelector, at_most_one_of, nu
 use super::duration::Duration;
 use super::status::IstioStatus;
 
-/// Policies applied to traffic intended for a service after routing has occurred. See
-/// <https://istio.io/latest/docs/reference/config/networking/destination-rule/>.
+/// The spec of a DestinationRule: policies applied to traffic for a service after routing.
+///
+/// Reference: https://istio.io/latest/docs/reference/config/networking/destination-rule/
 // The kube attribute list repeats `type_ = "string"` across print columns by design.
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]

@@ -10,8 +10,9 @@ use serde::{Deserialize, Serialize};
 use super::common::{Labels, null_as_default};
 use super::status::IstioStatus;
 
-/// Adds entries to Istio's internal service registry. See
-/// <https://istio.io/latest/docs/reference/config/networking/service-entry/>.
+/// The spec of a ServiceEntry: entries added to the mesh's service registry.
+///
+/// Reference: https://istio.io/latest/docs/reference/config/networking/service-entry/
 // The kube attribute list repeats `type_ = "string"` across print columns by design.
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]

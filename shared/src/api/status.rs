@@ -41,7 +41,7 @@ pub struct IstioStatus {
     pub observed_generation: Option<i64>,
 }
 
-/// One condition of an [`IstioStatus`].
+/// One condition of the status (e.g. `Reconciled`).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct IstioCondition {

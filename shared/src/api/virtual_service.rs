@@ -16,8 +16,9 @@ use super::common::{
 use super::duration::Duration;
 use super::status::IstioStatus;
 
-/// Configuration affecting traffic routing. See
-/// <https://istio.io/latest/docs/reference/config/networking/virtual-service/>.
+/// The spec of a VirtualService: configuration affecting traffic routing.
+///
+/// Reference: https://istio.io/latest/docs/reference/config/networking/virtual-service/
 // The kube attribute list repeats `type_ = "string"` across print columns by design.
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
