@@ -159,7 +159,7 @@ impl IstioResource {
     pub fn parse_strict_yaml(document: &YamlDocument) -> Result<Option<Self>, ApiParseError> {
         let kind = IstioKind::of(&document.value).map_err(|mut e| {
             for error in &mut e.errors {
-                error.location = document.location_of_root();
+                error.location = document.location_of_field(&error.path);
             }
             e
         })?;

@@ -239,6 +239,11 @@ impl YamlDocument {
     pub fn location_of_root(&self) -> Option<SourceLocation> {
         self.locations.0.get(&Vec::new()).copied()
     }
+
+    /// Where the top-level field `key` starts, or else the document.
+    pub fn location_of_field(&self, key: &str) -> Option<SourceLocation> {
+        self.locations.find(&[Segment::Key(key.to_owned())])
+    }
 }
 
 /// Reads every non-empty document of a YAML stream. A YAML syntax error fails the whole
@@ -288,10 +293,20 @@ fn yaml_error(error: serde_saphyr::Error) -> ApiParseError {
             line: l.line(),
             column: l.column(),
         });
-    // The location goes into its own field; keep the message to its first line, since the
-    // library may append a source snippet.
+    // The location goes into its own field: keep the message to its first line (the library
+    // may append a source snippet), without the library's own position prefix or its hint
+    // about parser options, which the user cannot set.
     let message = error.to_string();
-    let first_line = message.lines().next().unwrap_or("invalid YAML").to_owned();
+    let mut first_line = message.lines().next().unwrap_or("invalid YAML");
+    if let Some(rest) = first_line.strip_prefix("error: ")
+        && let Some((position, text)) = rest.split_once(": ")
+        && position.starts_with("line ")
+    {
+        first_line = text;
+    }
+    let first_line = first_line
+        .trim_end_matches(", set DuplicateKeyPolicy in Options if acceptable")
+        .to_owned();
     ApiParseError::single(
         String::new(),
         format!("invalid YAML: {first_line}"),
@@ -549,7 +564,10 @@ mod tests {
     #[test]
     fn yaml_duplicate_keys_and_document_counts_are_errors() {
         let err = parse_strict_yaml::<Outer>("items: []\nitems: []\n").unwrap_err();
-        assert!(err.to_string().contains("uplicate"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "invalid YAML: duplicate mapping key: items (at line 2, column 1)"
+        );
         let err = parse_strict_yaml::<Outer>("items: []\n---\nitems: []\n").unwrap_err();
         assert!(err.to_string().contains("found 2"), "{err}");
         let err = parse_strict_yaml::<Outer>("# nothing\n").unwrap_err();

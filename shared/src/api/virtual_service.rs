@@ -451,9 +451,29 @@ pub struct HttpBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub string: Option<String>,
     /// Response body as base64-encoded bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "base64_bytes",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(schema_with = "bytes_schema")]
     pub bytes: Option<ByteString>,
+}
+
+/// Reads base64 bytes with an error that says what was expected (the plain `ByteString`
+/// error only names the offending symbol).
+fn base64_bytes<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<ByteString>, D::Error> {
+    use serde::de::{Error, IntoDeserializer};
+    let Some(text) = Option::<String>::deserialize(deserializer)? else {
+        return Ok(None);
+    };
+    let text_deserializer: serde::de::value::StrDeserializer<'_, serde::de::value::Error> =
+        text.as_str().into_deserializer();
+    ByteString::deserialize(text_deserializer)
+        .map(Some)
+        .map_err(|e| D::Error::custom(format!("invalid base64 {text:?}: {e}")))
 }
 
 fn body_specifier_oneof(schema: &mut Schema) {
