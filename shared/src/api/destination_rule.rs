@@ -606,3 +606,86 @@ pub struct RetryBudget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_retry_concurrency: Option<u32>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Every value Istio's CRD accepts, in its spelling, reads and writes back unchanged.
+    fn assert_enum_values<T>(values: &[&str])
+    where
+        T: serde::de::DeserializeOwned + Serialize + std::fmt::Debug,
+    {
+        for value in values {
+            let parsed: T =
+                serde_json::from_value(json!(value)).unwrap_or_else(|e| panic!("{value}: {e}"));
+            assert_eq!(serde_json::to_value(&parsed).unwrap(), json!(value));
+        }
+        assert!(serde_json::from_value::<T>(json!("round_robin")).is_err());
+    }
+
+    #[test]
+    fn enums_accept_every_istio_value() {
+        assert_enum_values::<SimpleLb>(&[
+            "UNSPECIFIED",
+            "LEAST_CONN",
+            "RANDOM",
+            "PASSTHROUGH",
+            "ROUND_ROBIN",
+            "LEAST_REQUEST",
+        ]);
+        assert_enum_values::<TlsMode>(&["DISABLE", "SIMPLE", "MUTUAL", "ISTIO_MUTUAL"]);
+        assert_enum_values::<H2UpgradePolicy>(&["DEFAULT", "DO_NOT_UPGRADE", "UPGRADE"]);
+        assert_enum_values::<ProxyProtocolVersion>(&["V1", "V2"]);
+    }
+
+    #[test]
+    fn consistent_hash_reports_each_oneof_group() {
+        let lb: ConsistentHashLb = serde_json::from_value(json!({
+            "httpHeaderName": "x-user",
+            "useSourceIp": true,
+            "maglev": {"tableSize": 65537}
+        }))
+        .unwrap();
+        let groups = lb.oneof_groups();
+        assert_eq!(groups[0].name, "hash_key");
+        assert_eq!(groups[0].set, vec!["httpHeaderName", "useSourceIp"]);
+        assert_eq!(groups[1].set, vec!["maglev"]);
+        let conflicting = lb.conflicting_oneofs();
+        assert_eq!(conflicting.len(), 1);
+        assert_eq!(conflicting[0].name, "hash_key");
+
+        let lb: LoadBalancerSettings = serde_json::from_value(json!({
+            "simple": "RANDOM",
+            "consistentHash": {"useSourceIp": true}
+        }))
+        .unwrap();
+        assert_eq!(
+            lb.conflicting_oneofs()[0].set,
+            vec!["simple", "consistentHash"]
+        );
+    }
+
+    #[test]
+    fn digit_fields_use_istio_json_names() {
+        let outlier = OutlierDetection {
+            consecutive_5xx_errors: Some(5),
+            ..Default::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&outlier).unwrap(),
+            json!({"consecutive5xxErrors": 5})
+        );
+        let http = HttpSettings {
+            http1_max_pending_requests: Some(1),
+            http2_max_requests: Some(2),
+            h2_upgrade_policy: Some(H2UpgradePolicy::Upgrade),
+            ..Default::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&http).unwrap(),
+            json!({"http1MaxPendingRequests": 1, "http2MaxRequests": 2, "h2UpgradePolicy": "UPGRADE"})
+        );
+    }
+}

@@ -185,3 +185,30 @@ pub struct WorkloadSelector {
     )]
     pub labels: Labels,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn enums_accept_every_istio_value() {
+        for value in ["MESH_EXTERNAL", "MESH_INTERNAL"] {
+            let parsed: Location = serde_json::from_value(json!(value)).unwrap();
+            assert_eq!(serde_json::to_value(parsed).unwrap(), json!(value));
+        }
+        for value in ["NONE", "STATIC", "DNS", "DNS_ROUND_ROBIN", "DYNAMIC_DNS"] {
+            let parsed: Resolution = serde_json::from_value(json!(value)).unwrap();
+            assert_eq!(serde_json::to_value(parsed).unwrap(), json!(value));
+        }
+        assert!(serde_json::from_value::<Resolution>(json!("dns")).is_err());
+    }
+
+    #[test]
+    fn missing_required_fields_are_errors() {
+        let err = serde_json::from_value::<ServiceEntrySpec>(json!({"ports": []})).unwrap_err();
+        assert!(err.to_string().contains("missing field `hosts`"), "{err}");
+        let err = serde_json::from_value::<ServicePort>(json!({"number": 80})).unwrap_err();
+        assert!(err.to_string().contains("missing field `name`"), "{err}");
+    }
+}

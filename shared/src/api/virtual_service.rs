@@ -748,3 +748,77 @@ pub struct HeaderOperations {
     )]
     pub remove: Vec<String>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn enums_accept_every_istio_value() {
+        for value in ["FROM_PROTOCOL_DEFAULT", "FROM_REQUEST_PORT"] {
+            let parsed: RedirectPortSelection = serde_json::from_value(json!(value)).unwrap();
+            assert_eq!(serde_json::to_value(parsed).unwrap(), json!(value));
+        }
+        for value in ["UNSPECIFIED", "FORWARD", "IGNORE"] {
+            let parsed: UnmatchedPreflights = serde_json::from_value(json!(value)).unwrap();
+            assert_eq!(serde_json::to_value(parsed).unwrap(), json!(value));
+        }
+    }
+
+    #[test]
+    fn sibling_oneofs_report_what_is_set() {
+        let redirect: HttpRedirect =
+            serde_json::from_value(json!({"port": 8443, "derivePort": "FROM_REQUEST_PORT"}))
+                .unwrap();
+        assert_eq!(
+            redirect.conflicting_oneofs()[0].set,
+            vec!["port", "derivePort"]
+        );
+        let body: HttpBody = serde_json::from_value(json!({"bytes": "aGk="})).unwrap();
+        assert_eq!(
+            body.bytes.as_ref().map(|b| b.0.as_slice()),
+            Some(&b"hi"[..])
+        );
+        assert!(body.conflicting_oneofs().is_empty());
+        let abort: HttpFaultAbort =
+            serde_json::from_value(json!({"httpStatus": 503, "grpcStatus": "UNAVAILABLE"}))
+                .unwrap();
+        assert_eq!(
+            abort.oneof_groups()[0].set,
+            vec!["httpStatus", "grpcStatus"]
+        );
+        let delay: HttpFaultDelay = serde_json::from_value(json!({"fixedDelay": "1s"})).unwrap();
+        assert!(delay.conflicting_oneofs().is_empty());
+    }
+
+    #[test]
+    fn negative_weights_parse_so_validation_can_report_them() {
+        let destination: HttpRouteDestination =
+            serde_json::from_value(json!({"destination": {"host": "a"}, "weight": -5})).unwrap();
+        assert_eq!(destination.weight, Some(-5));
+    }
+
+    #[test]
+    fn match_keyword_fields_and_aliases_use_istio_names() {
+        let route: HttpRoute = serde_json::from_value(json!({
+            "match": [{"uri": {"prefix": "/"}, "headers": {"x-canary": {}}}],
+            "mirror_percent": 5
+        }))
+        .unwrap();
+        assert_eq!(route.r#match[0].uri, Some(StringMatch::Prefix("/".into())));
+        assert_eq!(route.r#match[0].headers["x-canary"], StringMatch::Any);
+        assert_eq!(route.mirror_percent, Some(5));
+        let written = serde_json::to_value(&route).unwrap();
+        assert_eq!(written["mirrorPercent"], 5);
+        assert_eq!(written["match"][0]["headers"]["x-canary"], json!({}));
+    }
+
+    #[test]
+    fn null_lists_and_maps_read_as_empty() {
+        let spec: VirtualServiceSpec =
+            serde_json::from_value(json!({"hosts": null, "http": [{"match": null}]})).unwrap();
+        assert!(spec.hosts.is_empty());
+        assert!(spec.http[0].r#match.is_empty());
+    }
+}

@@ -553,3 +553,20 @@ fn parse_strict_reports_paths_without_yaml() {
         "spec.http[0].route[0].destinaton: unknown field"
     );
 }
+
+#[test]
+fn strict_parsing_reaches_into_string_matches_and_skips_status() {
+    let error = parse_strict::<pilotfish_shared::api::VirtualService>(&json!({
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "VirtualService",
+        "metadata": {"name": "r", "lables": {"a": "b"}},
+        "spec": {"http": [{"match": [{"uri": {"prefix": "/", "prefx": "/b"}}]}]},
+        "status": {"someoneElses": {"field": 1}}
+    }))
+    .unwrap_err();
+    let paths: Vec<&str> = error.errors.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["metadata.lables", "spec.http[0].match[0].uri.prefx"]
+    );
+}
