@@ -1,1 +1,200 @@
-//! Placeholder: filled in by its owner.
+//! Istio `networking.istio.io` API types as Kubernetes custom resources, their strict parser,
+//! and their CRDs.
+//!
+//! Public surface:
+//! - Kinds [`VirtualService`], [`DestinationRule`], [`ServiceEntry`] (spec types
+//!   `…Spec`, status [`IstioStatus`]); every nested message is named after its Istio proto
+//!   message (`HttpRoute`, `TrafficPolicy`, …) and every field is the snake_case of Istio's
+//!   JSON name (`consecutive_5xx_errors` for `consecutive5xxErrors`, `r#match` for `match`).
+//! - [`Duration`] for Istio/Go duration strings; [`StringMatch`] for the exact/prefix/regex
+//!   oneof; [`Oneofs`] reports which members of sibling-field oneofs are set.
+//! - Strict parsing of user input: [`parse_strict`], [`parse_strict_yaml`],
+//!   [`yaml_documents`], [`IstioResource::parse_strict`]; errors are [`ApiParseError`].
+//! - [`crd::crds`]: the CustomResourceDefinitions, served as `v1` (storage), `v1beta1`
+//!   and `v1alpha3` with identical schemas.
+//!
+//! Conventions: optional scalars and messages are `Option<T>`; repeated fields are `Vec<T>`
+//! and maps `BTreeMap` (deterministic serialization), both empty when absent or `null`;
+//! integers have the proto's width and sign (a negative `weight` parses, validation
+//! rejects it). A proto oneof whose members sit beside other fields stays as sibling
+//! `Option`s, and "at most one" is checked by validation (and by the CRD schema). Plain
+//! deserialization is lenient (unknown fields ignored) so stored snapshots stay readable
+//! across versions; user input must go through the strict entry points.
+
+pub mod common;
+pub mod crd;
+pub mod destination_rule;
+pub mod duration;
+pub mod service_entry;
+pub mod status;
+pub mod strict;
+pub mod virtual_service;
+
+pub use common::{Destination, Labels, OneofGroup, Oneofs, Percent, PortSelector, StringMatch};
+pub use destination_rule::{
+    ClientTlsSettings, ConnectionPoolSettings, ConsistentHashLb, DestinationRule,
+    DestinationRuleSpec, Distribute, Failover, H2UpgradePolicy, HttpCookie, HttpCookieAttribute,
+    HttpSettings, LoadBalancerSettings, LocalityLoadBalancerSetting, MagLev, OutlierDetection,
+    PortTrafficPolicy, ProxyProtocol, ProxyProtocolVersion, RetryBudget, RingHash, SimpleLb,
+    Subset, TcpKeepalive, TcpSettings, TlsMode, TrafficPolicy, TunnelSettings,
+    TypeWorkloadSelector, WarmupConfiguration,
+};
+pub use duration::{Duration, DurationParseError};
+pub use service_entry::{
+    Location, Resolution, ServiceEntry, ServiceEntrySpec, ServicePort, WorkloadEntry,
+    WorkloadSelector,
+};
+pub use status::{IstioCondition, IstioStatus};
+pub use strict::{
+    ApiParseError, FieldError, SourceLocation, YamlDocument, parse_strict, parse_strict_yaml,
+    yaml_documents,
+};
+pub use virtual_service::{
+    CorsPolicy, Delegate, HeaderOperations, Headers, HttpBody, HttpDirectResponse, HttpFaultAbort,
+    HttpFaultDelay, HttpFaultInjection, HttpMatchRequest, HttpMirrorPolicy, HttpRedirect,
+    HttpRetry, HttpRewrite, HttpRoute, HttpRouteDestination, L4MatchAttributes,
+    RedirectPortSelection, RegexRewrite, RouteDestination, TcpRoute, TlsMatchAttributes, TlsRoute,
+    UnmatchedPreflights, VirtualService, VirtualServiceSpec,
+};
+
+/// The API group of every kind here.
+pub const GROUP: &str = "networking.istio.io";
+
+/// The versions Istio serves for these kinds, storage version first. The schemas are
+/// identical, so an object of any of them parses into the same Rust type.
+pub const SERVED_VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha3"];
+
+/// One Istio networking object of any supported kind, as read from user input (boxed: the
+/// kinds differ a lot in size).
+#[derive(Clone, Debug, PartialEq)]
+pub enum IstioResource {
+    VirtualService(Box<VirtualService>),
+    DestinationRule(Box<DestinationRule>),
+    ServiceEntry(Box<ServiceEntry>),
+}
+
+/// The kind of an object, read from its `apiVersion` and `kind` before parsing the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IstioKind {
+    VirtualService,
+    DestinationRule,
+    ServiceEntry,
+}
+
+impl IstioKind {
+    /// The Kubernetes `kind` string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IstioKind::VirtualService => "VirtualService",
+            IstioKind::DestinationRule => "DestinationRule",
+            IstioKind::ServiceEntry => "ServiceEntry",
+        }
+    }
+
+    /// Identifies an object by its `apiVersion` and `kind`. `Ok(None)`: not a
+    /// `networking.istio.io` object (for example a Service), so not ours to parse. An
+    /// Istio networking kind that is not supported, or an unserved version, is an error.
+    pub fn of(value: &serde_json::Value) -> Result<Option<IstioKind>, ApiParseError> {
+        let field = |name: &str| value.get(name).and_then(serde_json::Value::as_str);
+        let fail = |path: &str, reason: String| ApiParseError {
+            errors: vec![FieldError {
+                path: path.to_owned(),
+                reason,
+                location: None,
+            }],
+        };
+        let Some(api_version) = field("apiVersion") else {
+            return Err(fail("apiVersion", "missing or not a string".to_owned()));
+        };
+        let Some((group, version)) = api_version.split_once('/') else {
+            return Ok(None);
+        };
+        if group != GROUP {
+            return Ok(None);
+        }
+        if !SERVED_VERSIONS.contains(&version) {
+            return Err(fail(
+                "apiVersion",
+                format!(
+                    "version {version:?} of {GROUP} is not served (expected one of {})",
+                    SERVED_VERSIONS.join(", ")
+                ),
+            ));
+        }
+        match field("kind") {
+            Some("VirtualService") => Ok(Some(IstioKind::VirtualService)),
+            Some("DestinationRule") => Ok(Some(IstioKind::DestinationRule)),
+            Some("ServiceEntry") => Ok(Some(IstioKind::ServiceEntry)),
+            Some(other) => Err(fail(
+                "kind",
+                format!("kind {other:?} of {GROUP} is not supported"),
+            )),
+            None => Err(fail("kind", "missing or not a string".to_owned())),
+        }
+    }
+}
+
+impl IstioResource {
+    /// Strictly parses an object whose `apiVersion` is `networking.istio.io/{v1,v1beta1,
+    /// v1alpha3}`; `Ok(None)` when it belongs to another group.
+    pub fn parse_strict(value: &serde_json::Value) -> Result<Option<Self>, ApiParseError> {
+        let Some(kind) = IstioKind::of(value)? else {
+            return Ok(None);
+        };
+        match kind {
+            IstioKind::VirtualService => {
+                parse_strict(value).map(|o| IstioResource::VirtualService(Box::new(o)))
+            }
+            IstioKind::DestinationRule => {
+                parse_strict(value).map(|o| IstioResource::DestinationRule(Box::new(o)))
+            }
+            IstioKind::ServiceEntry => {
+                parse_strict(value).map(|o| IstioResource::ServiceEntry(Box::new(o)))
+            }
+        }
+        .map(Some)
+    }
+
+    /// Like [`IstioResource::parse_strict`], with line/column in the errors.
+    pub fn parse_strict_yaml(document: &YamlDocument) -> Result<Option<Self>, ApiParseError> {
+        let kind = IstioKind::of(&document.value).map_err(|mut e| {
+            for error in &mut e.errors {
+                error.location = document.location_of_field(&error.path);
+            }
+            e
+        })?;
+        let Some(kind) = kind else {
+            return Ok(None);
+        };
+        match kind {
+            IstioKind::VirtualService => document
+                .parse_strict()
+                .map(|o| IstioResource::VirtualService(Box::new(o))),
+            IstioKind::DestinationRule => document
+                .parse_strict()
+                .map(|o| IstioResource::DestinationRule(Box::new(o))),
+            IstioKind::ServiceEntry => document
+                .parse_strict()
+                .map(|o| IstioResource::ServiceEntry(Box::new(o))),
+        }
+        .map(Some)
+    }
+
+    /// The object's kind.
+    pub fn kind(&self) -> IstioKind {
+        match self {
+            IstioResource::VirtualService(_) => IstioKind::VirtualService,
+            IstioResource::DestinationRule(_) => IstioKind::DestinationRule,
+            IstioResource::ServiceEntry(_) => IstioKind::ServiceEntry,
+        }
+    }
+
+    /// The object's metadata.
+    pub fn metadata(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        match self {
+            IstioResource::VirtualService(o) => &o.metadata,
+            IstioResource::DestinationRule(o) => &o.metadata,
+            IstioResource::ServiceEntry(o) => &o.metadata,
+        }
+    }
+}
