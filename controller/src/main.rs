@@ -15,7 +15,12 @@ use pilotfish_shared::mesh_config::MeshConfig;
 #[command(name = "pilotfish-controller", version, about = "Pilotfish controller")]
 struct Cli {
     /// Kubernetes cluster domain used to resolve short host names.
-    #[arg(long, env = "PILOTFISH_CLUSTER_DOMAIN", default_value = "cluster.local", global = true)]
+    #[arg(
+        long,
+        env = "PILOTFISH_CLUSTER_DOMAIN",
+        default_value = "cluster.local",
+        global = true
+    )]
     cluster_domain: String,
     /// Istio MeshConfig YAML (the subset Pilotfish honours: rootNamespace, outboundTrafficPolicy, ...).
     #[arg(long, env = "PILOTFISH_MESH_CONFIG", global = true)]
@@ -41,10 +46,15 @@ fn load_mesh_config(path: Option<&PathBuf>) -> Result<MeshConfig> {
     let Some(path) = path else {
         return Ok(MeshConfig::default());
     };
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read mesh config {}", path.display()))?;
-    let loaded = MeshConfig::from_yaml(&text).with_context(|| format!("invalid mesh config {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read mesh config {}", path.display()))?;
+    let loaded = MeshConfig::from_yaml(&text)
+        .with_context(|| format!("invalid mesh config {}", path.display()))?;
     if !loaded.ignored_fields.is_empty() {
-        eprintln!("note: mesh config fields not used by Pilotfish: {}", loaded.ignored_fields.join(", "));
+        eprintln!(
+            "note: mesh config fields not used by Pilotfish: {}",
+            loaded.ignored_fields.join(", ")
+        );
     }
     Ok(loaded.config)
 }

@@ -37,12 +37,18 @@ impl Report {
     }
 
     pub fn warning_count(&self) -> usize {
-        self.findings.iter().filter(|f| f.severity == Severity::Warning).count()
+        self.findings
+            .iter()
+            .filter(|f| f.severity == Severity::Warning)
+            .count()
     }
 
     fn origin(&self, f: &ConfigError) -> Option<&PathBuf> {
-        self.origins
-            .get(&(f.key.kind.as_str().to_string(), f.key.namespace.clone(), f.key.name.clone()))
+        self.origins.get(&(
+            f.key.kind.as_str().to_string(),
+            f.key.namespace.clone(),
+            f.key.name.clone(),
+        ))
     }
 }
 
@@ -55,12 +61,15 @@ pub fn validate_paths(paths: &[PathBuf], mesh: MeshConfig, cluster_domain: &str)
     let mut report = Report::default();
     let mut objects: Vec<MeshObject> = Vec::new();
     for file in files {
-        let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
         let parsed = parse_text(&file, &text);
         report.source_errors.extend(parsed.errors);
         for o in parsed.objects {
             let (kind, ns, name) = o.key();
-            report.origins.insert((kind.to_string(), ns, name), file.clone());
+            report
+                .origins
+                .insert((kind.to_string(), ns, name), file.clone());
             objects.push(o);
         }
     }
@@ -108,8 +117,18 @@ pub fn print(report: &Report, format: OutputFormat, out: &mut impl Write) -> Res
                 writeln!(out, "error: {e}")?;
             }
             for f in &report.findings {
-                let file = report.origin(f).map(|p| format!(" ({})", p.display())).unwrap_or_default();
-                writeln!(out, "{}: {}{}: {}", f.severity.as_str(), f.key, file, f.field_message())?;
+                let file = report
+                    .origin(f)
+                    .map(|p| format!(" ({})", p.display()))
+                    .unwrap_or_default();
+                writeln!(
+                    out,
+                    "{}: {}{}: {}",
+                    f.severity.as_str(),
+                    f.key,
+                    file,
+                    f.field_message()
+                )?;
             }
             writeln!(
                 out,

@@ -21,14 +21,20 @@ fn benches(c: &mut Criterion) {
             blob.bytes.len(),
             blob.header.payload_len
         );
-        group.bench_with_input(BenchmarkId::new("build", n), &inputs, |b, i| b.iter(|| build(black_box(i), None)));
-        group.bench_with_input(BenchmarkId::new("build_endpoints_only", n), &inputs, |b, i| {
-            b.iter(|| build_endpoints_only(black_box(i), &ctx))
+        group.bench_with_input(BenchmarkId::new("build", n), &inputs, |b, i| {
+            b.iter(|| build(black_box(i), None))
         });
+        group.bench_with_input(
+            BenchmarkId::new("build_endpoints_only", n),
+            &inputs,
+            |b, i| b.iter(|| build_endpoints_only(black_box(i), &ctx)),
+        );
         group.bench_with_input(BenchmarkId::new("build_and_encode", n), &inputs, |b, i| {
             b.iter(|| codec::encode(&build(black_box(i), None).context))
         });
-        group.bench_with_input(BenchmarkId::new("encode", n), &ctx, |b, c| b.iter(|| codec::encode(black_box(c))));
+        group.bench_with_input(BenchmarkId::new("encode", n), &ctx, |b, c| {
+            b.iter(|| codec::encode(black_box(c)))
+        });
         group.bench_with_input(BenchmarkId::new("decode", n), &blob.bytes, |b, bytes| {
             b.iter(|| codec::decode(black_box(bytes), &DecodeLimits::default()))
         });

@@ -138,7 +138,13 @@ impl ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}: {}", self.severity.as_str(), self.key, self.field_message())
+        write!(
+            f,
+            "{} {}: {}",
+            self.severity.as_str(),
+            self.key,
+            self.field_message()
+        )
     }
 }
 
@@ -151,11 +157,18 @@ mod tests {
     #[test]
     fn display_names_object_field_and_reason() {
         let key = ConfigKey::new(ConfigKind::VirtualService, "default", "reviews");
-        let e = ConfigError::error(&key, "spec.http[0].route[1].weight", "must not be negative (got -10)");
+        let e = ConfigError::error(
+            &key,
+            "spec.http[0].route[1].weight",
+            "must not be negative (got -10)",
+        );
         assert_eq!(
             e.to_string(),
             "error VirtualService default/reviews: spec.http[0].route[1].weight: must not be negative (got -10)"
         );
-        assert_eq!(ConfigKind::from_name("DestinationRule"), Some(ConfigKind::DestinationRule));
+        assert_eq!(
+            ConfigKind::from_name("DestinationRule"),
+            Some(ConfigKind::DestinationRule)
+        );
     }
 }

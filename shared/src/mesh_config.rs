@@ -87,7 +87,10 @@ impl MeshConfig {
         let mut config = MeshConfig::default();
         let Some(obj) = value.as_object() else {
             if value.is_null() {
-                return Ok(LoadedMeshConfig { config, ignored_fields: Vec::new() });
+                return Ok(LoadedMeshConfig {
+                    config,
+                    ignored_fields: Vec::new(),
+                });
             }
             return Err(MeshConfigError::Field {
                 field: "(root)".into(),
@@ -98,7 +101,10 @@ impl MeshConfig {
             config.root_namespace = string_field("rootNamespace", v)?;
         }
         if let Some(v) = obj.get("outboundTrafficPolicy") {
-            let mode = v.get("mode").map(|m| string_field("outboundTrafficPolicy.mode", m)).transpose()?;
+            let mode = v
+                .get("mode")
+                .map(|m| string_field("outboundTrafficPolicy.mode", m))
+                .transpose()?;
             config.outbound_traffic_policy = match mode.as_deref() {
                 None | Some("ALLOW_ANY") => OutboundTrafficPolicy::AllowAny,
                 Some("REGISTRY_ONLY") => OutboundTrafficPolicy::RegistryOnly,
@@ -111,9 +117,18 @@ impl MeshConfig {
             };
         }
         for (field, target) in [
-            ("defaultServiceExportTo", &mut config.default_service_export_to),
-            ("defaultVirtualServiceExportTo", &mut config.default_virtual_service_export_to),
-            ("defaultDestinationRuleExportTo", &mut config.default_destination_rule_export_to),
+            (
+                "defaultServiceExportTo",
+                &mut config.default_service_export_to,
+            ),
+            (
+                "defaultVirtualServiceExportTo",
+                &mut config.default_virtual_service_export_to,
+            ),
+            (
+                "defaultDestinationRuleExportTo",
+                &mut config.default_destination_rule_export_to,
+            ),
         ] {
             if let Some(v) = obj.get(field) {
                 *target = string_list_field(field, v)?;
@@ -121,7 +136,8 @@ impl MeshConfig {
         }
         if let Some(v) = obj.get("connectTimeout") {
             let text = string_field("connectTimeout", v)?;
-            config.connect_timeout = text.parse::<crate::api::Duration>()
+            config.connect_timeout = text
+                .parse::<crate::api::Duration>()
                 .map(|d| d.as_std())
                 .map_err(|e| MeshConfigError::Field {
                     field: "connectTimeout".into(),
@@ -131,18 +147,26 @@ impl MeshConfig {
         if let Some(v) = obj.get("trustDomain") {
             config.trust_domain = string_field("trustDomain", v)?;
         }
-        let mut ignored_fields: Vec<String> =
-            obj.keys().filter(|k| !KNOWN_FIELDS.contains(&k.as_str())).cloned().collect();
+        let mut ignored_fields: Vec<String> = obj
+            .keys()
+            .filter(|k| !KNOWN_FIELDS.contains(&k.as_str()))
+            .cloned()
+            .collect();
         ignored_fields.sort();
-        Ok(LoadedMeshConfig { config, ignored_fields })
+        Ok(LoadedMeshConfig {
+            config,
+            ignored_fields,
+        })
     }
 }
 
 fn string_field(field: &str, v: &Value) -> Result<String, MeshConfigError> {
-    v.as_str().map(str::to_string).ok_or_else(|| MeshConfigError::Field {
-        field: field.to_string(),
-        reason: format!("must be a string (got {v})"),
-    })
+    v.as_str()
+        .map(str::to_string)
+        .ok_or_else(|| MeshConfigError::Field {
+            field: field.to_string(),
+            reason: format!("must be a string (got {v})"),
+        })
 }
 
 fn string_list_field(field: &str, v: &Value) -> Result<Vec<String>, MeshConfigError> {
@@ -150,7 +174,10 @@ fn string_list_field(field: &str, v: &Value) -> Result<Vec<String>, MeshConfigEr
         field: field.to_string(),
         reason: "must be a list of strings".into(),
     })?;
-    list.iter().enumerate().map(|(i, e)| string_field(&format!("{field}[{i}]"), e)).collect()
+    list.iter()
+        .enumerate()
+        .map(|(i, e)| string_field(&format!("{field}[{i}]"), e))
+        .collect()
 }
 
 #[cfg(test)]
@@ -161,7 +188,10 @@ mod tests {
     fn defaults_match_istio() {
         let loaded = MeshConfig::from_yaml("").unwrap();
         assert_eq!(loaded.config.root_namespace, "istio-system");
-        assert_eq!(loaded.config.outbound_traffic_policy, OutboundTrafficPolicy::AllowAny);
+        assert_eq!(
+            loaded.config.outbound_traffic_policy,
+            OutboundTrafficPolicy::AllowAny
+        );
         assert_eq!(loaded.config.connect_timeout, Duration::from_secs(10));
     }
 
@@ -173,16 +203,28 @@ mod tests {
         )
         .unwrap();
         assert_eq!(loaded.config.root_namespace, "mesh-root");
-        assert_eq!(loaded.config.outbound_traffic_policy, OutboundTrafficPolicy::RegistryOnly);
+        assert_eq!(
+            loaded.config.outbound_traffic_policy,
+            OutboundTrafficPolicy::RegistryOnly
+        );
         assert_eq!(loaded.config.connect_timeout, Duration::from_millis(2500));
-        assert_eq!(loaded.config.default_virtual_service_export_to, vec![".".to_string()]);
-        assert_eq!(loaded.ignored_fields, vec!["accessLogFile".to_string(), "enableTracing".to_string()]);
+        assert_eq!(
+            loaded.config.default_virtual_service_export_to,
+            vec![".".to_string()]
+        );
+        assert_eq!(
+            loaded.ignored_fields,
+            vec!["accessLogFile".to_string(), "enableTracing".to_string()]
+        );
     }
 
     #[test]
     fn bad_values_name_the_field() {
         let err = MeshConfig::from_yaml("outboundTrafficPolicy:\n  mode: SOMETIMES\n").unwrap_err();
-        assert!(err.to_string().contains("outboundTrafficPolicy.mode"), "{err}");
+        assert!(
+            err.to_string().contains("outboundTrafficPolicy.mode"),
+            "{err}"
+        );
         let err = MeshConfig::from_yaml("connectTimeout: soon\n").unwrap_err();
         assert!(err.to_string().contains("connectTimeout"), "{err}");
     }

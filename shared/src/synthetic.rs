@@ -64,7 +64,12 @@ pub fn mesh(shape: MeshShape) -> BuildInputs {
         inputs.services.push(Arc::new(Service {
             metadata: meta(&name, &ns, app.clone()),
             spec: Some(ServiceSpec {
-                cluster_ip: Some(format!("10.{}.{}.{}", 96 + (i >> 16) % 32, (i >> 8) % 256, i % 256)),
+                cluster_ip: Some(format!(
+                    "10.{}.{}.{}",
+                    96 + (i >> 16) % 32,
+                    (i >> 8) % 256,
+                    i % 256
+                )),
                 ports: Some(vec![ServicePort {
                     name: Some("http".into()),
                     port: 8080,
@@ -78,7 +83,12 @@ pub fn mesh(shape: MeshShape) -> BuildInputs {
         let mut slice_endpoints = Vec::new();
         for e in 0..shape.endpoints_per_service {
             let pod = format!("{name}-{e}");
-            let ip = format!("10.{}.{}.{}", 128 + (i >> 14) % 64, (i >> 6) % 256, (i % 64) * 4 + e % 4);
+            let ip = format!(
+                "10.{}.{}.{}",
+                128 + (i >> 14) % 64,
+                (i >> 6) % 256,
+                (i % 64) * 4 + e % 4
+            );
             let version = if e % 5 == 4 { "v2" } else { "v1" };
             let mut labels = app.clone();
             labels.insert("version".into(), version.into());
@@ -114,7 +124,11 @@ pub fn mesh(shape: MeshShape) -> BuildInputs {
             metadata: meta(
                 &format!("{name}-slice"),
                 &ns,
-                [(crate::model::kube::SERVICE_NAME_LABEL.to_string(), name.clone())].into(),
+                [(
+                    crate::model::kube::SERVICE_NAME_LABEL.to_string(),
+                    name.clone(),
+                )]
+                .into(),
             ),
             ports: Some(vec![EndpointPort {
                 name: Some("http".into()),
@@ -123,8 +137,12 @@ pub fn mesh(shape: MeshShape) -> BuildInputs {
             }]),
         }));
         if shape.routed_every > 0 && i % shape.routed_every == 0 {
-            inputs.destination_rules.push(Arc::new(destination_rule(&name, &ns)));
-            inputs.virtual_services.push(Arc::new(virtual_service(&name, &ns)));
+            inputs
+                .destination_rules
+                .push(Arc::new(destination_rule(&name, &ns)));
+            inputs
+                .virtual_services
+                .push(Arc::new(virtual_service(&name, &ns)));
         }
     }
     inputs

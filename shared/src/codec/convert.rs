@@ -7,8 +7,8 @@ use std::time::Duration;
 use super::pb;
 use crate::mesh_config::{MeshConfig, OutboundTrafficPolicy};
 use crate::model::{
-    Endpoint, EndpointHealth, ExportTo, Locality, PortEndpoints, Protocol, Resolution, Service, ServiceEndpoints,
-    ServiceOrigin, ServicePort, TargetPort,
+    Endpoint, EndpointHealth, ExportTo, Locality, PortEndpoints, Protocol, Resolution, Service,
+    ServiceEndpoints, ServiceOrigin, ServicePort, TargetPort,
 };
 
 pub fn mesh_to_pb(m: &MeshConfig) -> pb::MeshSettings {
@@ -29,7 +29,9 @@ pub fn mesh_to_pb(m: &MeshConfig) -> pb::MeshSettings {
 pub fn mesh_from_pb(m: pb::MeshSettings) -> MeshConfig {
     MeshConfig {
         root_namespace: m.root_namespace,
-        outbound_traffic_policy: match pb::OutboundTrafficPolicy::try_from(m.outbound_traffic_policy) {
+        outbound_traffic_policy: match pb::OutboundTrafficPolicy::try_from(
+            m.outbound_traffic_policy,
+        ) {
             Ok(pb::OutboundTrafficPolicy::RegistryOnly) => OutboundTrafficPolicy::RegistryOnly,
             _ => OutboundTrafficPolicy::AllowAny,
         },
@@ -145,7 +147,9 @@ pub fn service_from_pb(s: pb::Service) -> Service {
         origin: if s.service_entry.is_empty() {
             ServiceOrigin::Kubernetes
         } else {
-            ServiceOrigin::ServiceEntry { name: s.service_entry }
+            ServiceOrigin::ServiceEntry {
+                name: s.service_entry,
+            }
         },
         mesh_external: s.mesh_external,
         external_name: Some(s.external_name).filter(|n| !n.is_empty()),

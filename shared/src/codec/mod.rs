@@ -23,7 +23,9 @@ use std::sync::Arc;
 use prost::Message;
 use sha2::{Digest, Sha256};
 
-use crate::push_context::{Config, ConfigMeta, MeshData, PushContext, config_to_pb_dr, config_to_pb_vs};
+use crate::push_context::{
+    Config, ConfigMeta, MeshData, PushContext, config_to_pb_dr, config_to_pb_vs,
+};
 
 pub const MAGIC: [u8; 4] = *b"PFSN";
 /// Readers accept any minor version of their major version (fields are only added).
@@ -88,7 +90,9 @@ pub enum DecodeError {
     Truncated { len: usize },
     #[error("blob does not start with the snapshot magic (found {found:02x?})")]
     BadMagic { found: [u8; 4] },
-    #[error("blob has schema version {major}.{minor}; this reader understands major version {SCHEMA_MAJOR} only")]
+    #[error(
+        "blob has schema version {major}.{minor}; this reader understands major version {SCHEMA_MAJOR} only"
+    )]
     UnsupportedVersion { major: u16, minor: u16 },
     #[error("blob of {size} bytes exceeds the limit of {limit} bytes")]
     TooLarge { size: u64, limit: u64 },
@@ -122,8 +126,16 @@ pub fn to_pb(ctx: &PushContext) -> pb::Snapshot {
     pb::Snapshot {
         mesh: Some(convert::mesh_to_pb(&data.mesh)),
         cluster_domain: data.cluster_domain.clone(),
-        services: data.services.iter().map(|s| convert::service_to_pb(s)).collect(),
-        endpoints: data.endpoints.iter().map(|e| convert::endpoints_to_pb(e)).collect(),
+        services: data
+            .services
+            .iter()
+            .map(|s| convert::service_to_pb(s))
+            .collect(),
+        endpoints: data
+            .endpoints
+            .iter()
+            .map(|e| convert::endpoints_to_pb(e))
+            .collect(),
         configs,
     }
 }
@@ -210,9 +222,12 @@ pub fn decode(blob: &[u8], limits: &DecodeLimits) -> Result<PushContext, DecodeE
     }
     let hash: [u8; 32] = Sha256::digest(&payload).into();
     if hash != header.hash {
-        return Err(DecodeError::Corrupt("content hash does not match the header".to_string()));
+        return Err(DecodeError::Corrupt(
+            "content hash does not match the header".to_string(),
+        ));
     }
-    let snapshot = pb::Snapshot::decode(payload.as_slice()).map_err(|e| DecodeError::Corrupt(format!("protobuf: {e}")))?;
+    let snapshot = pb::Snapshot::decode(payload.as_slice())
+        .map_err(|e| DecodeError::Corrupt(format!("protobuf: {e}")))?;
     from_pb(snapshot)
 }
 
@@ -221,8 +236,16 @@ pub fn from_pb(s: pb::Snapshot) -> Result<PushContext, DecodeError> {
     let mut data = MeshData {
         mesh: s.mesh.map(convert::mesh_from_pb).unwrap_or_default(),
         cluster_domain: s.cluster_domain,
-        services: s.services.into_iter().map(|p| Arc::new(convert::service_from_pb(p))).collect(),
-        endpoints: s.endpoints.into_iter().map(|p| Arc::new(convert::endpoints_from_pb(p))).collect(),
+        services: s
+            .services
+            .into_iter()
+            .map(|p| Arc::new(convert::service_from_pb(p)))
+            .collect(),
+        endpoints: s
+            .endpoints
+            .into_iter()
+            .map(|p| Arc::new(convert::endpoints_from_pb(p)))
+            .collect(),
         virtual_services: Vec::new(),
         destination_rules: Vec::new(),
     };
@@ -241,8 +264,9 @@ pub fn from_pb(s: pb::Snapshot) -> Result<PushContext, DecodeError> {
                 data.virtual_services.push(Arc::new(Config { meta, spec }));
             }
             Ok(pb::Kind::DestinationRule) => {
-                let spec = serde_json::from_slice(&c.spec_json)
-                    .map_err(|e| DecodeError::Corrupt(format!("DestinationRule {}: {e}", what())))?;
+                let spec = serde_json::from_slice(&c.spec_json).map_err(|e| {
+                    DecodeError::Corrupt(format!("DestinationRule {}: {e}", what()))
+                })?;
                 data.destination_rules.push(Arc::new(Config { meta, spec }));
             }
             // A config kind added by a newer writer: this replica cannot serve it, but the

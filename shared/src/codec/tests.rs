@@ -7,8 +7,8 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::model::{
-    Endpoint, EndpointHealth, ExportTo, Locality, PortEndpoints, Protocol, Resolution, Service, ServiceEndpoints,
-    ServiceOrigin, ServicePort, TargetPort,
+    Endpoint, EndpointHealth, ExportTo, Locality, PortEndpoints, Protocol, Resolution, Service,
+    ServiceEndpoints, ServiceOrigin, ServicePort, TargetPort,
 };
 use crate::push_context::{self, MeshData, PushContext};
 use crate::synthetic::{MeshShape, mesh};
@@ -44,10 +44,16 @@ fn encoding_is_deterministic() {
 fn rejects_truncated_bad_magic_and_unknown_major() {
     let blob = encode(&synthetic(10)).bytes;
     let limits = DecodeLimits::default();
-    assert_eq!(decode(&blob[..10], &limits).unwrap_err(), DecodeError::Truncated { len: 10 });
+    assert_eq!(
+        decode(&blob[..10], &limits).unwrap_err(),
+        DecodeError::Truncated { len: 10 }
+    );
     let mut bad = blob.clone();
     bad[0] = b'X';
-    assert!(matches!(decode(&bad, &limits), Err(DecodeError::BadMagic { .. })));
+    assert!(matches!(
+        decode(&bad, &limits),
+        Err(DecodeError::BadMagic { .. })
+    ));
     let mut newer = blob.clone();
     newer[4..6].copy_from_slice(&2u16.to_le_bytes());
     let err = decode(&newer, &limits).unwrap_err();
@@ -76,7 +82,10 @@ fn rejects_corruption_anywhere_in_the_payload() {
     // A wrong hash in the header.
     let mut bad = blob.clone();
     bad[30] ^= 1;
-    assert_eq!(decode(&bad, &limits).unwrap_err(), DecodeError::Corrupt("content hash does not match the header".into()));
+    assert_eq!(
+        decode(&bad, &limits).unwrap_err(),
+        DecodeError::Corrupt("content hash does not match the header".into())
+    );
 }
 
 #[test]
@@ -86,7 +95,10 @@ fn enforces_size_limits_before_allocating() {
         max_blob_bytes: blob.len() - 1,
         ..DecodeLimits::default()
     };
-    assert!(matches!(decode(&blob, &small), Err(DecodeError::TooLarge { .. })));
+    assert!(matches!(
+        decode(&blob, &small),
+        Err(DecodeError::TooLarge { .. })
+    ));
     let header = read_header(&blob).unwrap();
     let tight = DecodeLimits {
         max_payload_bytes: header.payload_len as usize - 1,
@@ -96,7 +108,12 @@ fn enforces_size_limits_before_allocating() {
     // A header that lies about the payload length cannot make the reader expand more.
     let mut liar = blob.clone();
     liar[12..20].copy_from_slice(&16u64.to_le_bytes());
-    assert_eq!(decode(&liar, &DecodeLimits::default()).unwrap_err().reason(), "corrupt");
+    assert_eq!(
+        decode(&liar, &DecodeLimits::default())
+            .unwrap_err()
+            .reason(),
+        "corrupt"
+    );
 }
 
 fn label_map() -> impl Strategy<Value = BTreeMap<String, String>> {
@@ -107,52 +124,62 @@ fn service_strategy() -> impl Strategy<Value = Service> {
     (
         "[a-z]{1,8}",
         "[a-z]{1,5}",
-        prop::collection::vec((1u32..65535, 0usize..12, prop::option::of(1u32..65535)), 0..3),
+        prop::collection::vec(
+            (1u32..65535, 0usize..12, prop::option::of(1u32..65535)),
+            0..3,
+        ),
         label_map(),
         0usize..4,
         any::<bool>(),
         prop::option::of("[a-z]{1,8}"),
         any::<i64>(),
     )
-        .prop_map(|(name, ns, ports, labels, res, external, entry, created)| Service {
-            hostname: format!("{name}.{ns}.svc.cluster.local"),
-            name: name.clone(),
-            namespace: ns,
-            addresses: vec!["10.0.0.1".into()],
-            ports: ports
-                .into_iter()
-                .map(|(port, proto, target)| ServicePort {
-                    name: format!("p{port}"),
-                    port,
-                    protocol: [
-                        Protocol::Http,
-                        Protocol::Http2,
-                        Protocol::Grpc,
-                        Protocol::GrpcWeb,
-                        Protocol::Https,
-                        Protocol::Tls,
-                        Protocol::Tcp,
-                        Protocol::Udp,
-                        Protocol::Mongo,
-                        Protocol::Mysql,
-                        Protocol::Redis,
-                        Protocol::Unsupported,
-                    ][proto],
-                    target_port: target.map(TargetPort::Number),
-                })
-                .collect(),
-            selector: labels.clone(),
-            labels,
-            export_to: ExportTo(vec![".".into()]),
-            resolution: [Resolution::ClientSideLb, Resolution::Passthrough, Resolution::Dns, Resolution::DnsRoundRobin][res],
-            origin: match entry {
-                Some(n) => ServiceOrigin::ServiceEntry { name: n },
-                None => ServiceOrigin::Kubernetes,
+        .prop_map(
+            |(name, ns, ports, labels, res, external, entry, created)| Service {
+                hostname: format!("{name}.{ns}.svc.cluster.local"),
+                name: name.clone(),
+                namespace: ns,
+                addresses: vec!["10.0.0.1".into()],
+                ports: ports
+                    .into_iter()
+                    .map(|(port, proto, target)| ServicePort {
+                        name: format!("p{port}"),
+                        port,
+                        protocol: [
+                            Protocol::Http,
+                            Protocol::Http2,
+                            Protocol::Grpc,
+                            Protocol::GrpcWeb,
+                            Protocol::Https,
+                            Protocol::Tls,
+                            Protocol::Tcp,
+                            Protocol::Udp,
+                            Protocol::Mongo,
+                            Protocol::Mysql,
+                            Protocol::Redis,
+                            Protocol::Unsupported,
+                        ][proto],
+                        target_port: target.map(TargetPort::Number),
+                    })
+                    .collect(),
+                selector: labels.clone(),
+                labels,
+                export_to: ExportTo(vec![".".into()]),
+                resolution: [
+                    Resolution::ClientSideLb,
+                    Resolution::Passthrough,
+                    Resolution::Dns,
+                    Resolution::DnsRoundRobin,
+                ][res],
+                origin: match entry {
+                    Some(n) => ServiceOrigin::ServiceEntry { name: n },
+                    None => ServiceOrigin::Kubernetes,
+                },
+                mesh_external: external,
+                external_name: None,
+                creation_ms: created,
             },
-            mesh_external: external,
-            external_name: None,
-            creation_ms: created,
-        })
+        )
 }
 
 fn endpoint_strategy() -> impl Strategy<Value = Endpoint> {
@@ -174,7 +201,11 @@ fn endpoint_strategy() -> impl Strategy<Value = Endpoint> {
                 zone,
                 subzone: String::new(),
             },
-            health: [EndpointHealth::Healthy, EndpointHealth::Unhealthy, EndpointHealth::Draining][health],
+            health: [
+                EndpointHealth::Healthy,
+                EndpointHealth::Unhealthy,
+                EndpointHealth::Draining,
+            ][health],
             service_account: sa,
             weight,
             network: String::new(),

@@ -51,7 +51,11 @@ pub enum EndpointHealth {
 impl EndpointHealth {
     /// Maps EndpointSlice conditions the way Istio does (nil `ready`/`serving` mean true,
     /// nil `terminating` means false).
-    pub fn from_conditions(ready: Option<bool>, serving: Option<bool>, terminating: Option<bool>) -> Self {
+    pub fn from_conditions(
+        ready: Option<bool>,
+        serving: Option<bool>,
+        terminating: Option<bool>,
+    ) -> Self {
         let ready = ready.unwrap_or(true);
         let serving = serving.unwrap_or(ready);
         let terminating = terminating.unwrap_or(false);
@@ -96,8 +100,13 @@ pub struct PortEndpoints {
 
 impl PortEndpoints {
     /// Endpoints whose labels include every label of `selector` (an empty selector matches all).
-    pub fn matching<'a>(&'a self, selector: &'a BTreeMap<String, String>) -> impl Iterator<Item = &'a Endpoint> + 'a {
-        self.endpoints.iter().filter(move |e| labels_match(selector, &e.labels))
+    pub fn matching<'a>(
+        &'a self,
+        selector: &'a BTreeMap<String, String>,
+    ) -> impl Iterator<Item = &'a Endpoint> + 'a {
+        self.endpoints
+            .iter()
+            .filter(move |e| labels_match(selector, &e.labels))
     }
 }
 
@@ -117,7 +126,10 @@ impl ServiceEndpoints {
 }
 
 /// Whether `labels` carries every key/value of `selector`.
-pub fn labels_match(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
+pub fn labels_match(
+    selector: &BTreeMap<String, String>,
+    labels: &BTreeMap<String, String>,
+) -> bool {
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
@@ -129,19 +141,40 @@ mod tests {
     fn health_follows_istio_rules() {
         use EndpointHealth::*;
         assert_eq!(EndpointHealth::from_conditions(None, None, None), Healthy);
-        assert_eq!(EndpointHealth::from_conditions(Some(true), Some(true), Some(false)), Healthy);
-        assert_eq!(EndpointHealth::from_conditions(Some(false), Some(false), None), Unhealthy);
-        assert_eq!(EndpointHealth::from_conditions(Some(false), None, None), Unhealthy);
-        assert_eq!(EndpointHealth::from_conditions(Some(false), Some(true), Some(true)), Draining);
-        assert_eq!(EndpointHealth::from_conditions(Some(false), Some(false), Some(true)), Unhealthy);
+        assert_eq!(
+            EndpointHealth::from_conditions(Some(true), Some(true), Some(false)),
+            Healthy
+        );
+        assert_eq!(
+            EndpointHealth::from_conditions(Some(false), Some(false), None),
+            Unhealthy
+        );
+        assert_eq!(
+            EndpointHealth::from_conditions(Some(false), None, None),
+            Unhealthy
+        );
+        assert_eq!(
+            EndpointHealth::from_conditions(Some(false), Some(true), Some(true)),
+            Draining
+        );
+        assert_eq!(
+            EndpointHealth::from_conditions(Some(false), Some(false), Some(true)),
+            Unhealthy
+        );
     }
 
     #[test]
     fn locality_parses_both_forms() {
         let l = Locality::parse("us-east1/us-east1-b/rack1");
-        assert_eq!((l.region.as_str(), l.zone.as_str(), l.subzone.as_str()), ("us-east1", "us-east1-b", "rack1"));
+        assert_eq!(
+            (l.region.as_str(), l.zone.as_str(), l.subzone.as_str()),
+            ("us-east1", "us-east1-b", "rack1")
+        );
         let l = Locality::parse("eu.eu-west1-a");
-        assert_eq!((l.region.as_str(), l.zone.as_str(), l.subzone.as_str()), ("eu", "eu-west1-a", ""));
+        assert_eq!(
+            (l.region.as_str(), l.zone.as_str(), l.subzone.as_str()),
+            ("eu", "eu-west1-a", "")
+        );
         assert!(Locality::parse("").is_empty());
         assert_eq!(Locality::parse("r/z/s").to_string(), "r/z/s");
     }

@@ -9,7 +9,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::endpoint::{Endpoint, EndpointHealth, Locality, PortEndpoints};
-use super::service::{ExportTo, Protocol, Resolution, Service, ServiceOrigin, ServicePort, TargetPort};
+use super::service::{
+    ExportTo, Protocol, Resolution, Service, ServiceOrigin, ServicePort, TargetPort,
+};
 use crate::config::{ConfigError, ConfigKey, ConfigKind};
 
 /// Annotation Istio reads for a Kubernetes Service's visibility.
@@ -56,7 +58,11 @@ impl PodInfo {
             .is_some_and(|c| c.status == "True");
         let spec = pod.spec.as_ref();
         let service_account = spec
-            .and_then(|s| s.service_account_name.clone().or_else(|| s.service_account.clone()))
+            .and_then(|s| {
+                s.service_account_name
+                    .clone()
+                    .or_else(|| s.service_account.clone())
+            })
             .or_else(|| Some("default".to_string()));
         PodInfo {
             namespace: namespace_of(&pod.metadata),
@@ -83,12 +89,18 @@ fn pod_locality(labels: &BTreeMap<String, String>) -> Locality {
 
 /// Namespace of an object, `default` when unset (as `kubectl apply` would place it).
 pub fn namespace_of(meta: &ObjectMeta) -> String {
-    meta.namespace.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| "default".to_string())
+    meta.namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "default".to_string())
 }
 
 /// Creation time in ms since the epoch; 0 when unset.
 pub fn creation_ms(meta: &ObjectMeta) -> i64 {
-    meta.creation_timestamp.as_ref().map(|t| t.0.as_millisecond()).unwrap_or(0)
+    meta.creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_millisecond())
+        .unwrap_or(0)
 }
 
 /// Converts a Kubernetes Service. `domain` is the cluster domain (`cluster.local`).
@@ -97,13 +109,20 @@ pub fn service_from_k8s(svc: &KubeService, domain: &str) -> Result<Service, Vec<
     let namespace = namespace_of(&svc.metadata);
     let key = ConfigKey::new(ConfigKind::Service, &namespace, &name);
     if name.is_empty() {
-        return Err(vec![ConfigError::error(&key, "metadata.name", "a Service needs a name")]);
+        return Err(vec![ConfigError::error(
+            &key,
+            "metadata.name",
+            "a Service needs a name",
+        )]);
     }
     let spec = svc.spec.clone().unwrap_or_default();
     let mut errors = Vec::new();
     let mut ports = Vec::new();
     for (i, p) in spec.ports.iter().flatten().enumerate() {
-        let Some(port) = u32::try_from(p.port).ok().filter(|n| (1..=65535).contains(n)) else {
+        let Some(port) = u32::try_from(p.port)
+            .ok()
+            .filter(|n| (1..=65535).contains(n))
+        else {
             errors.push(ConfigError::error(
                 &key,
                 format!("spec.ports[{i}].port"),
@@ -112,14 +131,21 @@ pub fn service_from_k8s(svc: &KubeService, domain: &str) -> Result<Service, Vec<
             continue;
         };
         let target_port = match &p.target_port {
-            Some(IntOrString::Int(n)) => u32::try_from(*n).ok().filter(|n| *n > 0).map(TargetPort::Number),
+            Some(IntOrString::Int(n)) => u32::try_from(*n)
+                .ok()
+                .filter(|n| *n > 0)
+                .map(TargetPort::Number),
             Some(IntOrString::String(s)) if !s.is_empty() => Some(TargetPort::Name(s.clone())),
             _ => None,
         };
         ports.push(ServicePort {
             name: p.name.clone().unwrap_or_default(),
             port,
-            protocol: Protocol::detect(p.name.as_deref(), p.app_protocol.as_deref(), p.protocol.as_deref()),
+            protocol: Protocol::detect(
+                p.name.as_deref(),
+                p.app_protocol.as_deref(),
+                p.protocol.as_deref(),
+            ),
             target_port,
         });
     }
@@ -145,7 +171,14 @@ pub fn service_from_k8s(svc: &KubeService, domain: &str) -> Result<Service, Vec<
         .annotations
         .as_ref()
         .and_then(|a| a.get(EXPORT_TO_ANNOTATION))
-        .map(|v| ExportTo(v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()))
+        .map(|v| {
+            ExportTo(
+                v.split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect(),
+            )
+        })
         .unwrap_or_default();
     Ok(Service {
         hostname: format!("{name}.{namespace}.svc.{domain}"),
@@ -159,7 +192,11 @@ pub fn service_from_k8s(svc: &KubeService, domain: &str) -> Result<Service, Vec<
         resolution,
         origin: ServiceOrigin::Kubernetes,
         mesh_external: is_external_name,
-        external_name: if is_external_name { spec.external_name.clone() } else { None },
+        external_name: if is_external_name {
+            spec.external_name.clone()
+        } else {
+            None
+        },
         creation_ms: creation_ms(&svc.metadata),
     })
 }
@@ -181,31 +218,42 @@ pub fn endpoints_from_slices<'a>(
     slices: impl IntoIterator<Item = &'a EndpointSlice>,
     pods: &PodIndex,
 ) -> Vec<PortEndpoints> {
-    let mut by_port: BTreeMap<u32, Vec<Endpoint>> = service.ports.iter().map(|p| (p.port, Vec::new())).collect();
+    let mut by_port: BTreeMap<u32, Vec<Endpoint>> =
+        service.ports.iter().map(|p| (p.port, Vec::new())).collect();
     for slice in slices {
         if !matches!(slice.address_type.as_str(), "IPv4" | "IPv6") {
             continue;
         }
         for slice_port in slice.ports.iter().flatten() {
             let slice_port_name = slice_port.name.clone().unwrap_or_default();
-            let Some(target) = slice_port.port.and_then(|p| u32::try_from(p).ok()).filter(|p| *p > 0) else {
+            let Some(target) = slice_port
+                .port
+                .and_then(|p| u32::try_from(p).ok())
+                .filter(|p| *p > 0)
+            else {
                 continue;
             };
             // EndpointSlice ports carry the Service port's name; a single unnamed port
             // matches the single unnamed service port.
-            let Some(service_port) = service.ports.iter().find(|p| p.name == slice_port_name) else {
+            let Some(service_port) = service.ports.iter().find(|p| p.name == slice_port_name)
+            else {
                 continue;
             };
             let list = by_port.entry(service_port.port).or_default();
             for ep in &slice.endpoints {
-                let Some(address) = ep.addresses.first() else { continue };
+                let Some(address) = ep.addresses.first() else {
+                    continue;
+                };
                 let conditions = ep.conditions.clone().unwrap_or_default();
                 let pod = ep
                     .target_ref
                     .as_ref()
                     .filter(|r| r.kind.as_deref() == Some("Pod"))
                     .and_then(|r| {
-                        let ns = r.namespace.clone().unwrap_or_else(|| namespace_of(&slice.metadata));
+                        let ns = r
+                            .namespace
+                            .clone()
+                            .unwrap_or_else(|| namespace_of(&slice.metadata));
                         pods.get(&(ns, r.name.clone().unwrap_or_default()))
                     });
                 let mut locality = pod.map(|p| p.locality.clone()).unwrap_or_default();
@@ -219,7 +267,11 @@ pub fn endpoints_from_slices<'a>(
                     port: target,
                     labels: pod.map(|p| p.labels.clone()).unwrap_or_default(),
                     locality,
-                    health: EndpointHealth::from_conditions(conditions.ready, conditions.serving, conditions.terminating),
+                    health: EndpointHealth::from_conditions(
+                        conditions.ready,
+                        conditions.serving,
+                        conditions.terminating,
+                    ),
                     service_account: pod.and_then(|p| p.service_account.clone()),
                     weight: None,
                     network: String::new(),
@@ -233,7 +285,10 @@ pub fn endpoints_from_slices<'a>(
         .map(|(service_port, mut endpoints)| {
             endpoints.sort();
             endpoints.dedup_by(|a, b| a.address == b.address && a.port == b.port);
-            PortEndpoints { service_port, endpoints }
+            PortEndpoints {
+                service_port,
+                endpoints,
+            }
         })
         .collect()
 }
@@ -241,8 +296,12 @@ pub fn endpoints_from_slices<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{ObjectReference, PodIP, PodSpec, PodStatus, ServicePort as KubePort, ServiceSpec};
-    use k8s_openapi::api::discovery::v1::{Endpoint as SliceEndpoint, EndpointConditions, EndpointPort};
+    use k8s_openapi::api::core::v1::{
+        ObjectReference, PodIP, PodSpec, PodStatus, ServicePort as KubePort, ServiceSpec,
+    };
+    use k8s_openapi::api::discovery::v1::{
+        Endpoint as SliceEndpoint, EndpointConditions, EndpointPort,
+    };
 
     fn mk_service(name: &str, ns: &str, spec: ServiceSpec) -> KubeService {
         KubeService {
@@ -287,7 +346,15 @@ mod tests {
         assert_eq!(s.resolution, Resolution::ClientSideLb);
         assert_eq!(s.addresses, vec!["10.0.0.7".to_string()]);
         let protocols: Vec<_> = s.ports.iter().map(|p| p.protocol).collect();
-        assert_eq!(protocols, vec![Protocol::Http, Protocol::Grpc, Protocol::Http2, Protocol::Unsupported]);
+        assert_eq!(
+            protocols,
+            vec![
+                Protocol::Http,
+                Protocol::Grpc,
+                Protocol::Http2,
+                Protocol::Unsupported
+            ]
+        );
         assert_eq!(s.selector.get("app").map(String::as_str), Some("reviews"));
     }
 
@@ -330,7 +397,8 @@ mod tests {
     #[test]
     fn export_to_annotation_is_read() {
         let mut svc = mk_service("a", "ns1", ServiceSpec::default());
-        svc.metadata.annotations = Some([(EXPORT_TO_ANNOTATION.to_string(), ". , ns2".to_string())].into());
+        svc.metadata.annotations =
+            Some([(EXPORT_TO_ANNOTATION.to_string(), ". , ns2".to_string())].into());
         let s = service_from_k8s(&svc, "cluster.local").unwrap();
         assert_eq!(s.export_to, ExportTo(vec![".".into(), "ns2".into()]));
     }
@@ -341,7 +409,10 @@ mod tests {
             "a",
             "ns1",
             ServiceSpec {
-                ports: Some(vec![mk_port(Some("http"), 80, None), mk_port(Some("x"), 70000, None)]),
+                ports: Some(vec![
+                    mk_port(Some("http"), 80, None),
+                    mk_port(Some("x"), 70000, None),
+                ]),
                 ..Default::default()
             },
         );
@@ -356,7 +427,12 @@ mod tests {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some(ns.into()),
-                labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
                 ..Default::default()
             },
             spec: Some(PodSpec {
@@ -370,7 +446,13 @@ mod tests {
         }
     }
 
-    fn mk_slice(ns: &str, service: &str, port_name: Option<&str>, port: i32, eps: Vec<SliceEndpoint>) -> EndpointSlice {
+    fn mk_slice(
+        ns: &str,
+        service: &str,
+        port_name: Option<&str>,
+        port: i32,
+        eps: Vec<SliceEndpoint>,
+    ) -> EndpointSlice {
         EndpointSlice {
             address_type: "IPv4".into(),
             endpoints: eps,
@@ -388,7 +470,12 @@ mod tests {
         }
     }
 
-    fn mk_slice_endpoint(ip: &str, pod: Option<&str>, ready: Option<bool>, zone: Option<&str>) -> SliceEndpoint {
+    fn mk_slice_endpoint(
+        ip: &str,
+        pod: Option<&str>,
+        ready: Option<bool>,
+        zone: Option<&str>,
+    ) -> SliceEndpoint {
         SliceEndpoint {
             addresses: vec![ip.into()],
             conditions: Some(EndpointConditions {
@@ -421,8 +508,18 @@ mod tests {
         )
         .unwrap();
         let pods: PodIndex = [
-            mk_pod("default", "reviews-v1", &[("app", "reviews"), ("version", "v1")], "10.1.0.1"),
-            mk_pod("default", "reviews-v2", &[("app", "reviews"), ("version", "v2")], "10.1.0.2"),
+            mk_pod(
+                "default",
+                "reviews-v1",
+                &[("app", "reviews"), ("version", "v1")],
+                "10.1.0.1",
+            ),
+            mk_pod(
+                "default",
+                "reviews-v2",
+                &[("app", "reviews"), ("version", "v2")],
+                "10.1.0.2",
+            ),
         ]
         .iter()
         .map(|p| {
@@ -446,8 +543,14 @@ mod tests {
         assert_eq!(eps.len(), 1);
         assert_eq!(eps[0].service_port, 9080);
         let list = &eps[0].endpoints;
-        assert_eq!(list.iter().map(|e| e.address.as_str()).collect::<Vec<_>>(), ["10.1.0.1", "10.1.0.2", "10.1.0.9"]);
-        assert_eq!(list[0].labels.get("version").map(String::as_str), Some("v1"));
+        assert_eq!(
+            list.iter().map(|e| e.address.as_str()).collect::<Vec<_>>(),
+            ["10.1.0.1", "10.1.0.2", "10.1.0.9"]
+        );
+        assert_eq!(
+            list[0].labels.get("version").map(String::as_str),
+            Some("v1")
+        );
         assert_eq!(list[0].locality.zone, "zone-a");
         assert_eq!(list[0].service_account.as_deref(), Some("bookinfo-reviews"));
         assert_eq!(list[1].health, EndpointHealth::Unhealthy);
@@ -473,7 +576,13 @@ mod tests {
             "cluster.local",
         )
         .unwrap();
-        let slice = mk_slice("default", "web", None, 8080, vec![mk_slice_endpoint("10.2.0.1", None, None, None)]);
+        let slice = mk_slice(
+            "default",
+            "web",
+            None,
+            8080,
+            vec![mk_slice_endpoint("10.2.0.1", None, None, None)],
+        );
         let eps = endpoints_from_slices(&svc, [&slice], &PodIndex::new());
         assert_eq!(eps[0].service_port, 80);
         assert_eq!(eps[0].endpoints[0].port, 8080);
@@ -481,7 +590,12 @@ mod tests {
 
     #[test]
     fn pod_locality_label_overrides() {
-        let mut pod = mk_pod("default", "p", &[("istio-locality", "us.us-east-1a.rack7")], "10.0.0.1");
+        let mut pod = mk_pod(
+            "default",
+            "p",
+            &[("istio-locality", "us.us-east-1a.rack7")],
+            "10.0.0.1",
+        );
         let info = PodInfo::from_k8s(&pod);
         assert_eq!(info.locality.to_string(), "us/us-east-1a/rack7");
         pod.metadata.labels = Some([(REGION_LABEL.to_string(), "eu".to_string())].into());

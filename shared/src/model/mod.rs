@@ -6,7 +6,11 @@ pub mod kube;
 mod proxy;
 mod service;
 
-pub use endpoint::{Endpoint, EndpointHealth, Locality, PortEndpoints, ServiceEndpoints, labels_match};
+pub use endpoint::{
+    Endpoint, EndpointHealth, Locality, PortEndpoints, ServiceEndpoints, labels_match,
+};
 pub use kube::PodInfo;
 pub use proxy::{Proxy, ProxyGenerator, ProxyType};
-pub use service::{ExportTo, Protocol, Resolution, Service, ServiceOrigin, ServicePort, TargetPort};
+pub use service::{
+    ExportTo, Protocol, Resolution, Service, ServiceOrigin, ServicePort, TargetPort,
+};

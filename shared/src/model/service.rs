@@ -47,7 +47,11 @@ impl Protocol {
     /// Protocol of a Kubernetes service port, following Istio's rules: UDP ports are UDP;
     /// otherwise `appProtocol` wins; otherwise the port name's prefix before the first `-`
     /// (`http-web`, `grpc`, `tcp-db`); otherwise unsupported (plain TCP here).
-    pub fn detect(port_name: Option<&str>, app_protocol: Option<&str>, l4: Option<&str>) -> Protocol {
+    pub fn detect(
+        port_name: Option<&str>,
+        app_protocol: Option<&str>,
+        l4: Option<&str>,
+    ) -> Protocol {
         if l4.is_some_and(|p| p.eq_ignore_ascii_case("UDP")) {
             return Protocol::Udp;
         }
@@ -164,7 +168,9 @@ pub enum Resolution {
 pub enum ServiceOrigin {
     Kubernetes,
     /// A ServiceEntry, by name (its namespace is the service's namespace).
-    ServiceEntry { name: String },
+    ServiceEntry {
+        name: String,
+    },
 }
 
 /// Namespaces a service or config is visible to (Istio `exportTo`).
@@ -246,28 +252,58 @@ mod tests {
 
     #[test]
     fn protocol_from_port_name_prefix() {
-        assert_eq!(Protocol::detect(Some("http-web"), None, None), Protocol::Http);
+        assert_eq!(
+            Protocol::detect(Some("http-web"), None, None),
+            Protocol::Http
+        );
         assert_eq!(Protocol::detect(Some("http2"), None, None), Protocol::Http2);
         assert_eq!(Protocol::detect(Some("grpc"), None, None), Protocol::Grpc);
-        assert_eq!(Protocol::detect(Some("grpc-web"), None, None), Protocol::GrpcWeb);
-        assert_eq!(Protocol::detect(Some("grpc-web-x"), None, None), Protocol::GrpcWeb);
+        assert_eq!(
+            Protocol::detect(Some("grpc-web"), None, None),
+            Protocol::GrpcWeb
+        );
+        assert_eq!(
+            Protocol::detect(Some("grpc-web-x"), None, None),
+            Protocol::GrpcWeb
+        );
         assert_eq!(Protocol::detect(Some("grpc-x"), None, None), Protocol::Grpc);
         assert_eq!(Protocol::detect(Some("tcp-db"), None, None), Protocol::Tcp);
         assert_eq!(Protocol::detect(Some("HTTPS"), None, None), Protocol::Https);
         assert_eq!(Protocol::detect(Some("mongo"), None, None), Protocol::Mongo);
-        assert_eq!(Protocol::detect(Some("web"), None, None), Protocol::Unsupported);
+        assert_eq!(
+            Protocol::detect(Some("web"), None, None),
+            Protocol::Unsupported
+        );
         assert_eq!(Protocol::detect(None, None, None), Protocol::Unsupported);
-        assert_eq!(Protocol::detect(Some("httpx"), None, None), Protocol::Unsupported);
+        assert_eq!(
+            Protocol::detect(Some("httpx"), None, None),
+            Protocol::Unsupported
+        );
     }
 
     #[test]
     fn app_protocol_wins_over_name_and_udp_wins_over_all() {
-        assert_eq!(Protocol::detect(Some("tcp"), Some("grpc"), None), Protocol::Grpc);
-        assert_eq!(Protocol::detect(Some("web"), Some("kubernetes.io/h2c"), None), Protocol::Http2);
-        assert_eq!(Protocol::detect(Some("web"), Some("kubernetes.io/ws"), None), Protocol::Http);
+        assert_eq!(
+            Protocol::detect(Some("tcp"), Some("grpc"), None),
+            Protocol::Grpc
+        );
+        assert_eq!(
+            Protocol::detect(Some("web"), Some("kubernetes.io/h2c"), None),
+            Protocol::Http2
+        );
+        assert_eq!(
+            Protocol::detect(Some("web"), Some("kubernetes.io/ws"), None),
+            Protocol::Http
+        );
         // An appProtocol Istio does not know falls back to the name.
-        assert_eq!(Protocol::detect(Some("http"), Some("example.com/x"), None), Protocol::Http);
-        assert_eq!(Protocol::detect(Some("http"), Some("http"), Some("UDP")), Protocol::Udp);
+        assert_eq!(
+            Protocol::detect(Some("http"), Some("example.com/x"), None),
+            Protocol::Http
+        );
+        assert_eq!(
+            Protocol::detect(Some("http"), Some("http"), Some("UDP")),
+            Protocol::Udp
+        );
     }
 
     #[test]

@@ -10,16 +10,19 @@ use k8s_openapi::api::core::v1::Service as KubeService;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::validate::{
-    SubsetIndex, ValidationContext, validate_destination_rule, validate_service_entry, validate_virtual_service,
+    SubsetIndex, ValidationContext, validate_destination_rule, validate_service_entry,
+    validate_virtual_service,
 };
 use super::{
-    Config, ConfigMeta, DestinationRuleConfig, MeshData, PushContext, VirtualServiceConfig, config_age_order, delegate,
-    effective_export_to,
+    Config, ConfigMeta, DestinationRuleConfig, MeshData, PushContext, VirtualServiceConfig,
+    config_age_order, delegate, effective_export_to,
 };
 use crate::api::{DestinationRule, ServiceEntry, VirtualService, VirtualServiceSpec};
 use crate::config::{ConfigError, ConfigKey, ConfigKind};
 use crate::mesh_config::MeshConfig;
-use crate::model::kube::{PodIndex, creation_ms, endpoints_from_slices, namespace_of, service_from_k8s, slice_service};
+use crate::model::kube::{
+    PodIndex, creation_ms, endpoints_from_slices, namespace_of, service_from_k8s, slice_service,
+};
 use crate::model::{ExportTo, PodInfo, Service, ServiceEndpoints, ServiceOrigin};
 
 /// Everything the builder reads. Shared `Arc`s so callers hand over their stores cheaply.
@@ -76,12 +79,17 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
             Err(errs) => findings.extend(errs),
         }
     }
-    let k8s_hosts: HashSet<(String, String)> =
-        services.iter().map(|s| (s.hostname.clone(), s.namespace.clone())).collect();
+    let k8s_hosts: HashSet<(String, String)> = services
+        .iter()
+        .map(|s| (s.hostname.clone(), s.namespace.clone()))
+        .collect();
 
     // Endpoints for Kubernetes services.
-    let pod_index: PodIndex =
-        inputs.pods.iter().map(|p| ((p.namespace.clone(), p.name.clone()), (**p).clone())).collect();
+    let pod_index: PodIndex = inputs
+        .pods
+        .iter()
+        .map(|p| ((p.namespace.clone(), p.name.clone()), (**p).clone()))
+        .collect();
     let mut endpoints = kube_endpoints(&services, &inputs.endpoint_slices, &pod_index);
 
     // ServiceEntries → services and endpoints.
@@ -91,7 +99,13 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         known_hosts: None,
     };
     let mut entries: Vec<&Arc<ServiceEntry>> = inputs.service_entries.iter().collect();
-    entries.sort_by_key(|se| (creation_ms(&se.metadata), namespace_of(&se.metadata), se.metadata.name.clone()));
+    entries.sort_by_key(|se| {
+        (
+            creation_ms(&se.metadata),
+            namespace_of(&se.metadata),
+            se.metadata.name.clone(),
+        )
+    });
     for se in entries {
         let meta = meta_of(&se.metadata);
         let key = ConfigKey::new(ConfigKind::ServiceEntry, &meta.namespace, &meta.name);
@@ -128,11 +142,17 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         // Two entries declaring one host in one namespace: the oldest wins (entries are
         // visited oldest first).
         for s in svcs {
-            if services.iter().any(|o| o.hostname == s.hostname && o.namespace == s.namespace) {
+            if services
+                .iter()
+                .any(|o| o.hostname == s.hostname && o.namespace == s.namespace)
+            {
                 findings.push(ConfigError::warning(
                     &key,
                     "spec.hosts",
-                    format!("host {:?} is already declared by an older ServiceEntry in this namespace", s.hostname),
+                    format!(
+                        "host {:?} is already declared by an older ServiceEntry in this namespace",
+                        s.hostname
+                    ),
                 ));
                 eps.retain(|e| e.hostname != s.hostname);
                 continue;
@@ -153,7 +173,11 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
             Some(spec) => destination_rules.push(Arc::new(Config { meta, spec })),
             None => {
                 if let Some(prev) = previous.and_then(|p| find(p.destination_rules(), &meta)) {
-                    kept_previous.push(ConfigKey::new(ConfigKind::DestinationRule, &meta.namespace, &meta.name));
+                    kept_previous.push(ConfigKey::new(
+                        ConfigKind::DestinationRule,
+                        &meta.namespace,
+                        &meta.name,
+                    ));
                     destination_rules.push(prev.clone());
                 }
             }
@@ -165,7 +189,10 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         subsets.add(
             &dr.spec.host,
             &dr.meta.namespace,
-            effective_export_to(&ExportTo(dr.spec.export_to.clone()), &inputs.mesh.default_destination_rule_export_to),
+            effective_export_to(
+                &ExportTo(dr.spec.export_to.clone()),
+                &inputs.mesh.default_destination_rule_export_to,
+            ),
             dr.spec.subsets.iter().map(|s| s.name.clone()),
         );
     }
@@ -228,7 +255,11 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
     }
     for meta in rejected {
         if let Some(prev) = previous.and_then(|p| find(p.virtual_services(), &meta)) {
-            kept_previous.push(ConfigKey::new(ConfigKind::VirtualService, &meta.namespace, &meta.name));
+            kept_previous.push(ConfigKey::new(
+                ConfigKind::VirtualService,
+                &meta.namespace,
+                &meta.name,
+            ));
             virtual_services.push(prev.clone());
         }
     }
@@ -237,7 +268,13 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
     findings.sort();
     findings.dedup();
     kept_previous.sort();
-    let data = assemble(inputs, services, endpoints, virtual_services, destination_rules);
+    let data = assemble(
+        inputs,
+        services,
+        endpoints,
+        virtual_services,
+        destination_rules,
+    );
     BuildOutput {
         context: PushContext::from_data(data),
         findings,
@@ -249,8 +286,11 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
 /// configs are taken from `previous` as they are, only endpoints are recomputed.
 pub fn build_endpoints_only(inputs: &BuildInputs, previous: &PushContext) -> PushContext {
     let data = previous.data();
-    let pod_index: PodIndex =
-        inputs.pods.iter().map(|p| ((p.namespace.clone(), p.name.clone()), (**p).clone())).collect();
+    let pod_index: PodIndex = inputs
+        .pods
+        .iter()
+        .map(|p| ((p.namespace.clone(), p.name.clone()), (**p).clone()))
+        .collect();
     let k8s: Vec<Service> = data
         .services
         .iter()
@@ -260,12 +300,17 @@ pub fn build_endpoints_only(inputs: &BuildInputs, previous: &PushContext) -> Pus
     let mut endpoints = kube_endpoints(&k8s, &inputs.endpoint_slices, &pod_index);
     // Entry endpoints depend on pods only through workload selectors; recompute those from
     // the accepted entries in `inputs` (a rejected entry keeps its previous endpoints).
-    for svc in data.services.iter().filter(|s| s.origin != ServiceOrigin::Kubernetes) {
-        let ServiceOrigin::ServiceEntry { name } = &svc.origin else { continue };
-        let from_input = inputs
-            .service_entries
-            .iter()
-            .find(|se| se.metadata.name.as_deref() == Some(name) && namespace_of(&se.metadata) == svc.namespace);
+    for svc in data
+        .services
+        .iter()
+        .filter(|s| s.origin != ServiceOrigin::Kubernetes)
+    {
+        let ServiceOrigin::ServiceEntry { name } = &svc.origin else {
+            continue;
+        };
+        let from_input = inputs.service_entries.iter().find(|se| {
+            se.metadata.name.as_deref() == Some(name) && namespace_of(&se.metadata) == svc.namespace
+        });
         let recomputed = from_input.and_then(|se| {
             let ctx = ValidationContext {
                 cluster_domain: &inputs.cluster_domain,
@@ -308,7 +353,10 @@ fn kube_endpoints(
         .iter()
         .filter(|s| s.origin == ServiceOrigin::Kubernetes)
         .map(|s| {
-            let slices = by_service.get(&(s.namespace.clone(), s.name.clone())).map(Vec::as_slice).unwrap_or(&[]);
+            let slices = by_service
+                .get(&(s.namespace.clone(), s.name.clone()))
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
             ServiceEndpoints {
                 hostname: s.hostname.clone(),
                 namespace: s.namespace.clone(),
@@ -327,8 +375,10 @@ fn assemble(
 ) -> MeshData {
     services.sort_by(|a, b| (&a.hostname, &a.namespace).cmp(&(&b.hostname, &b.namespace)));
     endpoints.sort_by(|a, b| (&a.hostname, &a.namespace).cmp(&(&b.hostname, &b.namespace)));
-    virtual_services.sort_by(|a, b| (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name)));
-    destination_rules.sort_by(|a, b| (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name)));
+    virtual_services
+        .sort_by(|a, b| (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name)));
+    destination_rules
+        .sort_by(|a, b| (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name)));
     MeshData {
         mesh: inputs.mesh.clone(),
         cluster_domain: inputs.cluster_domain.clone(),
@@ -340,29 +390,46 @@ fn assemble(
 }
 
 fn find<'a, T>(list: &'a [Arc<Config<T>>], meta: &ConfigMeta) -> Option<&'a Arc<Config<T>>> {
-    list.iter().find(|c| c.meta.namespace == meta.namespace && c.meta.name == meta.name)
+    list.iter()
+        .find(|c| c.meta.namespace == meta.namespace && c.meta.name == meta.name)
 }
 
 /// Services and endpoints a ServiceEntry contributed to `previous`.
-fn previous_entry(previous: &PushContext, meta: &ConfigMeta) -> (Vec<Service>, Vec<ServiceEndpoints>) {
+fn previous_entry(
+    previous: &PushContext,
+    meta: &ConfigMeta,
+) -> (Vec<Service>, Vec<ServiceEndpoints>) {
     let services: Vec<Service> = previous
         .services()
         .iter()
-        .filter(|s| s.namespace == meta.namespace && s.origin == ServiceOrigin::ServiceEntry { name: meta.name.clone() })
+        .filter(|s| {
+            s.namespace == meta.namespace
+                && s.origin
+                    == ServiceOrigin::ServiceEntry {
+                        name: meta.name.clone(),
+                    }
+        })
         .map(|s| (**s).clone())
         .collect();
-    let endpoints = services.iter().filter_map(|s| previous.endpoints(s).map(|e| (**e).clone())).collect();
+    let endpoints = services
+        .iter()
+        .filter_map(|s| previous.endpoints(s).map(|e| (**e).clone()))
+        .collect();
     (services, endpoints)
 }
 
 /// Istio serves one VirtualService per host to sidecars: when two in one namespace claim
 /// the same host, the older wins and the newer is reported.
-fn report_virtual_service_conflicts(list: &[Arc<VirtualServiceConfig>], findings: &mut Vec<ConfigError>) {
+fn report_virtual_service_conflicts(
+    list: &[Arc<VirtualServiceConfig>],
+    findings: &mut Vec<ConfigError>,
+) {
     let mut owners: BTreeMap<(&str, &str), &ConfigMeta> = BTreeMap::new();
     let mut sorted: Vec<&Arc<VirtualServiceConfig>> = list.iter().collect();
     sorted.sort_by(|a, b| config_age_order(&a.meta, &b.meta));
     for vs in sorted {
-        let mesh_bound = vs.spec.gateways.is_empty() || vs.spec.gateways.iter().any(|g| g == "mesh");
+        let mesh_bound =
+            vs.spec.gateways.is_empty() || vs.spec.gateways.iter().any(|g| g == "mesh");
         if !mesh_bound {
             continue;
         }
@@ -386,20 +453,37 @@ fn report_virtual_service_conflicts(list: &[Arc<VirtualServiceConfig>], findings
 
 /// Same-host DestinationRules of one namespace are merged (oldest first); report what the
 /// merge drops from the newer ones.
-fn report_destination_rule_conflicts(list: &[Arc<DestinationRuleConfig>], findings: &mut Vec<ConfigError>) {
-    let mut groups: BTreeMap<(&str, &str, bool), Vec<&Arc<DestinationRuleConfig>>> = BTreeMap::new();
+fn report_destination_rule_conflicts(
+    list: &[Arc<DestinationRuleConfig>],
+    findings: &mut Vec<ConfigError>,
+) {
+    let mut groups: BTreeMap<(&str, &str, bool), Vec<&Arc<DestinationRuleConfig>>> =
+        BTreeMap::new();
     for dr in list {
         groups
-            .entry((dr.meta.namespace.as_str(), dr.spec.host.as_str(), dr.spec.workload_selector.is_some()))
+            .entry((
+                dr.meta.namespace.as_str(),
+                dr.spec.host.as_str(),
+                dr.spec.workload_selector.is_some(),
+            ))
             .or_default()
             .push(dr);
     }
     for rules in groups.values_mut().filter(|g| g.len() > 1) {
         rules.sort_by(|a, b| config_age_order(&a.meta, &b.meta));
         let oldest = rules[0];
-        let mut subset_names: HashSet<&str> = oldest.spec.subsets.iter().map(|s| s.name.as_str()).collect();
+        let mut subset_names: HashSet<&str> = oldest
+            .spec
+            .subsets
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect();
         for dr in &rules[1..] {
-            let key = ConfigKey::new(ConfigKind::DestinationRule, &dr.meta.namespace, &dr.meta.name);
+            let key = ConfigKey::new(
+                ConfigKind::DestinationRule,
+                &dr.meta.namespace,
+                &dr.meta.name,
+            );
             if dr.spec.traffic_policy.is_some() && oldest.spec.traffic_policy.is_some() {
                 findings.push(ConfigError::warning(
                     &key,

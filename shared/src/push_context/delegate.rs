@@ -9,6 +9,9 @@ use crate::api::{HttpMatchRequest, HttpRoute, StringMatch, VirtualServiceSpec};
 /// Why a root match and a delegate match cannot be combined.
 pub type Conflict = String;
 
+/// A finding about one field: `(path, reason)`.
+pub type FieldFinding = (String, String);
+
 /// Expands the delegate routes of `root`. `lookup(namespace, name)` finds an accepted
 /// delegate. Returns the expanded spec, or the path and reason of the first broken
 /// delegate reference. Match combinations that conflict are dropped and reported as
@@ -16,7 +19,7 @@ pub type Conflict = String;
 pub fn expand<'a>(
     root: &VirtualServiceSpec,
     mut lookup: impl FnMut(&str, &str) -> Option<&'a VirtualServiceSpec>,
-) -> Result<(VirtualServiceSpec, Vec<(String, String)>), (String, String)> {
+) -> Result<(VirtualServiceSpec, Vec<FieldFinding>), FieldFinding> {
     let mut out = root.clone();
     let mut warnings = Vec::new();
     out.http.clear();
@@ -69,7 +72,8 @@ fn merge_route(root: &HttpRoute, delegate: &HttpRoute) -> Result<HttpRoute, Conf
                 }
             }
             if out.is_empty() {
-                return Err(last_conflict.unwrap_or_else(|| "no match can be combined with the root's".into()));
+                return Err(last_conflict
+                    .unwrap_or_else(|| "no match can be combined with the root's".into()));
             }
             out
         }
@@ -85,23 +89,44 @@ fn merge_route(root: &HttpRoute, delegate: &HttpRoute) -> Result<HttpRoute, Conf
             }
         )*};
     }
-    inherit!(rewrite, timeout, retries, fault, mirror, mirror_percentage, mirror_percent, cors_policy, headers);
+    inherit!(
+        rewrite,
+        timeout,
+        retries,
+        fault,
+        mirror,
+        mirror_percentage,
+        mirror_percent,
+        cors_policy,
+        headers
+    );
     if merged.mirrors.is_empty() && merged.mirror.is_none() {
         merged.mirrors = root.mirrors.clone();
     }
     Ok(merged)
 }
 
-fn merge_match(root: &HttpMatchRequest, delegate: &HttpMatchRequest) -> Result<HttpMatchRequest, Conflict> {
+fn merge_match(
+    root: &HttpMatchRequest,
+    delegate: &HttpMatchRequest,
+) -> Result<HttpMatchRequest, Conflict> {
     let mut m = delegate.clone();
     m.uri = merge_uri(&root.uri, &delegate.uri)?;
     m.scheme = same_or_either("scheme", &root.scheme, &delegate.scheme)?;
     m.method = same_or_either("method", &root.method, &delegate.method)?;
     m.authority = same_or_either("authority", &root.authority, &delegate.authority)?;
     m.port = same_or_either("port", &root.port, &delegate.port)?;
-    m.source_namespace = same_or_either("sourceNamespace", &root.source_namespace, &delegate.source_namespace)?;
+    m.source_namespace = same_or_either(
+        "sourceNamespace",
+        &root.source_namespace,
+        &delegate.source_namespace,
+    )?;
     m.headers = union("headers", &root.headers, &delegate.headers)?;
-    m.without_headers = union("withoutHeaders", &root.without_headers, &delegate.without_headers)?;
+    m.without_headers = union(
+        "withoutHeaders",
+        &root.without_headers,
+        &delegate.without_headers,
+    )?;
     m.query_params = union("queryParams", &root.query_params, &delegate.query_params)?;
     m.source_labels = union("sourceLabels", &root.source_labels, &delegate.source_labels)?;
     if m.gateways.is_empty() {
@@ -118,12 +143,17 @@ fn merge_match(root: &HttpMatchRequest, delegate: &HttpMatchRequest) -> Result<H
 }
 
 /// The delegate may narrow the root's URI: a longer prefix, or an exact path under it.
-fn merge_uri(root: &Option<StringMatch>, delegate: &Option<StringMatch>) -> Result<Option<StringMatch>, Conflict> {
+fn merge_uri(
+    root: &Option<StringMatch>,
+    delegate: &Option<StringMatch>,
+) -> Result<Option<StringMatch>, Conflict> {
     match (root, delegate) {
         (None, d) => Ok(d.clone()),
         (r, None) => Ok(r.clone()),
         (Some(r), Some(d)) if r == d => Ok(Some(d.clone())),
-        (Some(StringMatch::Prefix(p)), Some(StringMatch::Prefix(q) | StringMatch::Exact(q))) if q.starts_with(p.as_str()) => {
+        (Some(StringMatch::Prefix(p)), Some(StringMatch::Prefix(q) | StringMatch::Exact(q)))
+            if q.starts_with(p.as_str()) =>
+        {
             Ok(delegate.clone())
         }
         (Some(r), Some(d)) => Err(format!("uri {d:?} is not within the root's uri {r:?}")),
@@ -136,7 +166,9 @@ fn same_or_either<T: Clone + PartialEq + std::fmt::Debug>(
     delegate: &Option<T>,
 ) -> Result<Option<T>, Conflict> {
     match (root, delegate) {
-        (Some(r), Some(d)) if r != d => Err(format!("{field} {d:?} conflicts with the root's {r:?}")),
+        (Some(r), Some(d)) if r != d => {
+            Err(format!("{field} {d:?} conflicts with the root's {r:?}"))
+        }
         (r, d) => Ok(d.clone().or_else(|| r.clone())),
     }
 }
@@ -150,7 +182,9 @@ fn union<V: Clone + PartialEq + std::fmt::Debug>(
     for (k, v) in delegate {
         match out.get(k) {
             Some(existing) if existing != v => {
-                return Err(format!("{field}[{k}] {v:?} conflicts with the root's {existing:?}"));
+                return Err(format!(
+                    "{field}[{k}] {v:?} conflicts with the root's {existing:?}"
+                ));
             }
             _ => {
                 out.insert(k.clone(), v.clone());
@@ -209,12 +243,24 @@ mod tests {
             http: vec![v2, route_to("productpage-v1")],
             ..Default::default()
         };
-        let (out, warnings) = expand(&root, |ns, name| (ns == "ns" && name == "pp").then_some(&delegate)).unwrap();
+        let (out, warnings) = expand(&root, |ns, name| {
+            (ns == "ns" && name == "pp").then_some(&delegate)
+        })
+        .unwrap();
         assert!(warnings.is_empty());
         assert_eq!(out.http.len(), 3);
-        assert_eq!(out.http[0].r#match[0].uri, Some(StringMatch::Prefix("/productpage/v2".into())));
-        assert_eq!(out.http[1].r#match[0].uri, Some(StringMatch::Prefix("/productpage".into())));
-        assert_eq!(out.http[1].timeout, root.http[0].timeout, "root settings fill the delegate's gaps");
+        assert_eq!(
+            out.http[0].r#match[0].uri,
+            Some(StringMatch::Prefix("/productpage/v2".into()))
+        );
+        assert_eq!(
+            out.http[1].r#match[0].uri,
+            Some(StringMatch::Prefix("/productpage".into()))
+        );
+        assert_eq!(
+            out.http[1].timeout, root.http[0].timeout,
+            "root settings fill the delegate's gaps"
+        );
         assert_eq!(out.http[2].route[0].destination.host, "fallback");
     }
 

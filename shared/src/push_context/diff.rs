@@ -20,12 +20,18 @@ pub struct ChangeSummary {
 
 impl ChangeSummary {
     pub fn is_empty(&self) -> bool {
-        !self.mesh_changed && self.services.is_empty() && self.endpoints.is_empty() && self.configs.is_empty()
+        !self.mesh_changed
+            && self.services.is_empty()
+            && self.endpoints.is_empty()
+            && self.configs.is_empty()
     }
 
     /// Only endpoints changed: clusters, listeners and routes stay as they are.
     pub fn is_endpoints_only(&self) -> bool {
-        !self.mesh_changed && self.services.is_empty() && self.configs.is_empty() && !self.endpoints.is_empty()
+        !self.mesh_changed
+            && self.services.is_empty()
+            && self.configs.is_empty()
+            && !self.endpoints.is_empty()
     }
 }
 
@@ -39,8 +45,15 @@ pub fn diff(old: &PushContext, new: &PushContext) -> ChangeSummary {
     }
 }
 
-fn changed_keys<K: Clone + Ord + Hash + Eq>(old: &HashMap<K, ItemHash>, new: &HashMap<K, ItemHash>) -> BTreeSet<K> {
-    let mut out: BTreeSet<K> = old.iter().filter(|(k, h)| new.get(*k) != Some(*h)).map(|(k, _)| k.clone()).collect();
+fn changed_keys<K: Clone + Ord + Hash + Eq>(
+    old: &HashMap<K, ItemHash>,
+    new: &HashMap<K, ItemHash>,
+) -> BTreeSet<K> {
+    let mut out: BTreeSet<K> = old
+        .iter()
+        .filter(|(k, h)| new.get(*k) != Some(*h))
+        .map(|(k, _)| k.clone())
+        .collect();
     out.extend(new.keys().filter(|k| !old.contains_key(*k)).cloned());
     out
 }

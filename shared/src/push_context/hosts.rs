@@ -47,13 +47,19 @@ pub fn check_host(host: &str, allow_wildcard: bool) -> Result<(), String> {
         return Err("host must not be empty".to_string());
     }
     if host == "*" {
-        return if allow_wildcard { Ok(()) } else { Err("`*` is not allowed here".to_string()) };
+        return if allow_wildcard {
+            Ok(())
+        } else {
+            Err("`*` is not allowed here".to_string())
+        };
     }
     if host.len() > 253 {
         return Err(format!("host {host:?} is longer than 253 characters"));
     }
     if host.contains('*') && !host.starts_with("*.") {
-        return Err(format!("wildcard must be a whole leading label in host {host:?} (like `*.example.com`)"));
+        return Err(format!(
+            "wildcard must be a whole leading label in host {host:?} (like `*.example.com`)"
+        ));
     }
     let mut labels = host.split('.').peekable();
     if let Some(first) = labels.peek()
@@ -78,10 +84,14 @@ fn check_dns_label(label: &str) -> Result<(), String> {
         return Err(format!("DNS label {label:?} is longer than 63 characters"));
     }
     if !label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-        return Err(format!("DNS label {label:?} may only hold letters, digits and '-'"));
+        return Err(format!(
+            "DNS label {label:?} may only hold letters, digits and '-'"
+        ));
     }
     if label.starts_with('-') || label.ends_with('-') {
-        return Err(format!("DNS label {label:?} must not start or end with '-'"));
+        return Err(format!(
+            "DNS label {label:?} must not start or end with '-'"
+        ));
     }
     Ok(())
 }
@@ -92,11 +102,26 @@ mod tests {
 
     #[test]
     fn short_names_resolve_like_istio() {
-        assert_eq!(resolve_short_name("reviews", "bookinfo", "cluster.local"), "reviews.bookinfo.svc.cluster.local");
-        assert_eq!(resolve_short_name("reviews.other", "bookinfo", "cluster.local"), "reviews.other.svc.cluster.local");
-        assert_eq!(resolve_short_name("api.example.com", "bookinfo", "cluster.local"), "api.example.com");
-        assert_eq!(resolve_short_name("*.example.com", "x", "cluster.local"), "*.example.com");
-        assert_eq!(resolve_short_name("Reviews", "b", "c.d"), "reviews.b.svc.c.d");
+        assert_eq!(
+            resolve_short_name("reviews", "bookinfo", "cluster.local"),
+            "reviews.bookinfo.svc.cluster.local"
+        );
+        assert_eq!(
+            resolve_short_name("reviews.other", "bookinfo", "cluster.local"),
+            "reviews.other.svc.cluster.local"
+        );
+        assert_eq!(
+            resolve_short_name("api.example.com", "bookinfo", "cluster.local"),
+            "api.example.com"
+        );
+        assert_eq!(
+            resolve_short_name("*.example.com", "x", "cluster.local"),
+            "*.example.com"
+        );
+        assert_eq!(
+            resolve_short_name("Reviews", "b", "c.d"),
+            "reviews.b.svc.c.d"
+        );
         assert_eq!(resolve_short_name("*", "b", "c.d"), "*");
     }
 
@@ -117,10 +142,22 @@ mod tests {
         assert!(check_host("reviews.default.svc.cluster.local", false).is_ok());
         assert!(check_host("*.example.com", true).is_ok());
         assert!(check_host("*.example.com", false).is_err());
-        assert!(check_host("a*.example.com", true).unwrap_err().contains("whole leading label"));
-        assert!(check_host("bad_host", false).unwrap_err().contains("letters, digits"));
+        assert!(
+            check_host("a*.example.com", true)
+                .unwrap_err()
+                .contains("whole leading label")
+        );
+        assert!(
+            check_host("bad_host", false)
+                .unwrap_err()
+                .contains("letters, digits")
+        );
         assert!(check_host("", false).is_err());
-        assert!(check_host("a..b", false).unwrap_err().contains("empty DNS label"));
+        assert!(
+            check_host("a..b", false)
+                .unwrap_err()
+                .contains("empty DNS label")
+        );
         assert!(check_host("-a.b", false).is_err());
     }
 }

@@ -120,22 +120,37 @@ impl PushContext {
                 (s.hostname.clone(), s.namespace.clone()),
                 item_hash(&convert::service_to_pb(s).encode_to_vec()),
             );
-            services_by_host.entry(s.hostname.clone()).or_default().push(i);
+            services_by_host
+                .entry(s.hostname.clone())
+                .or_default()
+                .push(i);
         }
         for list in services_by_host.values_mut() {
-            list.sort_by_key(|&i| (data.services[i].creation_ms, data.services[i].namespace.clone()));
+            list.sort_by_key(|&i| {
+                (
+                    data.services[i].creation_ms,
+                    data.services[i].namespace.clone(),
+                )
+            });
         }
         let mut endpoints_by_service = HashMap::new();
         for (i, e) in data.endpoints.iter().enumerate() {
             let key = (e.hostname.clone(), e.namespace.clone());
-            hashes.endpoints.insert(key.clone(), item_hash(&convert::endpoints_to_pb(e).encode_to_vec()));
+            hashes.endpoints.insert(
+                key.clone(),
+                item_hash(&convert::endpoints_to_pb(e).encode_to_vec()),
+            );
             endpoints_by_service.insert(key, i);
         }
         let mut vs_by_host: HashMap<String, Vec<usize>> = HashMap::new();
         let mut vs_wildcards = Vec::new();
         for (i, vs) in data.virtual_services.iter().enumerate() {
             hashes.configs.insert(
-                ConfigKey::new(ConfigKind::VirtualService, &vs.meta.namespace, &vs.meta.name),
+                ConfigKey::new(
+                    ConfigKind::VirtualService,
+                    &vs.meta.namespace,
+                    &vs.meta.name,
+                ),
                 item_hash(&config_to_pb_vs(vs).encode_to_vec()),
             );
             for host in &vs.spec.hosts {
@@ -150,7 +165,11 @@ impl PushContext {
         let mut dr_wildcards = Vec::new();
         for (i, dr) in data.destination_rules.iter().enumerate() {
             hashes.configs.insert(
-                ConfigKey::new(ConfigKind::DestinationRule, &dr.meta.namespace, &dr.meta.name),
+                ConfigKey::new(
+                    ConfigKind::DestinationRule,
+                    &dr.meta.namespace,
+                    &dr.meta.name,
+                ),
                 item_hash(&config_to_pb_dr(dr).encode_to_vec()),
             );
             if dr.spec.host.starts_with('*') {
@@ -202,7 +221,9 @@ impl PushContext {
                 .map(|&i| &self.data.services[i])
                 .filter(|s| self.service_visible(s, namespace))
         };
-        visible().find(|s| s.namespace == namespace).or_else(|| visible().next())
+        visible()
+            .find(|s| s.namespace == namespace)
+            .or_else(|| visible().next())
     }
 
     /// Services visible to a proxy in `namespace`, one per hostname, sorted by hostname.
@@ -245,10 +266,14 @@ impl PushContext {
     /// Whether a VirtualService applies to sidecars and proxyless clients in `namespace`:
     /// visible there, and bound to the `mesh` gateway (empty `gateways` means `mesh`).
     pub fn virtual_service_applies(&self, vs: &VirtualServiceConfig, namespace: &str) -> bool {
-        let mesh_bound = vs.spec.gateways.is_empty() || vs.spec.gateways.iter().any(|g| g == "mesh");
+        let mesh_bound =
+            vs.spec.gateways.is_empty() || vs.spec.gateways.iter().any(|g| g == "mesh");
         mesh_bound
-            && effective_export_to(&ExportTo(vs.spec.export_to.clone()), &self.data.mesh.default_virtual_service_export_to)
-                .is_visible_to(&vs.meta.namespace, namespace)
+            && effective_export_to(
+                &ExportTo(vs.spec.export_to.clone()),
+                &self.data.mesh.default_virtual_service_export_to,
+            )
+            .is_visible_to(&vs.meta.namespace, namespace)
     }
 
     /// VirtualServices that apply to a proxy in `namespace`, oldest first.
@@ -266,8 +291,17 @@ impl PushContext {
     /// The VirtualService that routes `hostname` for a proxy in `namespace`: the most
     /// specific matching host wins, then the oldest config (Istio's sidecar rule: one
     /// VirtualService per host; later ones are ignored for that host).
-    pub fn virtual_service_for_host(&self, hostname: &str, namespace: &str) -> Option<&Arc<VirtualServiceConfig>> {
-        let exact = self.vs_by_host.get(hostname).into_iter().flatten().map(|&i| (hostname, i));
+    pub fn virtual_service_for_host(
+        &self,
+        hostname: &str,
+        namespace: &str,
+    ) -> Option<&Arc<VirtualServiceConfig>> {
+        let exact = self
+            .vs_by_host
+            .get(hostname)
+            .into_iter()
+            .flatten()
+            .map(|&i| (hostname, i));
         let wild = self
             .vs_wildcards
             .iter()
@@ -320,7 +354,8 @@ impl PushContext {
                 // A selector rule applies only to matching workloads of its own namespace
                 // (or of any namespace when it lives in the root namespace).
                 Some(sel) => {
-                    (dr.meta.namespace == proxy.namespace || dr.meta.namespace == self.data.mesh.root_namespace)
+                    (dr.meta.namespace == proxy.namespace
+                        || dr.meta.namespace == self.data.mesh.root_namespace)
                         && labels_match(&sel.match_labels, &proxy.labels)
                 }
             })
@@ -333,13 +368,23 @@ impl PushContext {
         tiers.extend(service_namespace);
         tiers.push(root);
         for tier in tiers {
-            let in_tier: Vec<_> = candidates.iter().filter(|(_, dr)| dr.meta.namespace == tier).collect();
+            let in_tier: Vec<_> = candidates
+                .iter()
+                .filter(|(_, dr)| dr.meta.namespace == tier)
+                .collect();
             if in_tier.is_empty() {
                 continue;
             }
-            let with_selector: Vec<_> =
-                in_tier.iter().filter(|(_, dr)| dr.spec.workload_selector.is_some()).copied().collect();
-            let pool = if with_selector.is_empty() { in_tier } else { with_selector };
+            let with_selector: Vec<_> = in_tier
+                .iter()
+                .filter(|(_, dr)| dr.spec.workload_selector.is_some())
+                .copied()
+                .collect();
+            let pool = if with_selector.is_empty() {
+                in_tier
+            } else {
+                with_selector
+            };
             let best = pool.iter().map(|(p, _)| hosts::specificity(p)).max()?;
             let mut chosen: Vec<&Arc<DestinationRuleConfig>> = pool
                 .iter()

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use crate::api::{Location, Resolution as SeResolution, ServiceEntrySpec};
 use crate::model::{
-    Endpoint, EndpointHealth, ExportTo, Locality, PodInfo, PortEndpoints, Protocol, Resolution, Service,
-    ServiceEndpoints, ServiceOrigin, ServicePort, TargetPort, labels_match,
+    Endpoint, EndpointHealth, ExportTo, Locality, PodInfo, PortEndpoints, Protocol, Resolution,
+    Service, ServiceEndpoints, ServiceOrigin, ServicePort, TargetPort, labels_match,
 };
 
 /// Converts an accepted (resolved) ServiceEntry. `pods` are candidates for its
@@ -39,7 +39,11 @@ pub fn services_from_entry<'p>(
             target_port: p.target_port.map(TargetPort::Number),
         })
         .collect();
-    let selector: BTreeMap<String, String> = spec.workload_selector.as_ref().map(|s| s.labels.clone()).unwrap_or_default();
+    let selector: BTreeMap<String, String> = spec
+        .workload_selector
+        .as_ref()
+        .map(|s| s.labels.clone())
+        .unwrap_or_default();
     let selected: Vec<&PodInfo> = if spec.workload_selector.is_some() {
         let mut v: Vec<&PodInfo> = pods
             .into_iter()
@@ -64,8 +68,11 @@ pub fn services_from_entry<'p>(
             selector: selector.clone(),
             export_to: ExportTo(spec.export_to.clone()),
             resolution,
-            origin: ServiceOrigin::ServiceEntry { name: name.to_string() },
-            mesh_external: spec.location.unwrap_or(Location::MeshExternal) == Location::MeshExternal,
+            origin: ServiceOrigin::ServiceEntry {
+                name: name.to_string(),
+            },
+            mesh_external: spec.location.unwrap_or(Location::MeshExternal)
+                == Location::MeshExternal,
             external_name: None,
             creation_ms,
         });
@@ -77,12 +84,18 @@ pub fn services_from_entry<'p>(
             };
             let mut list: Vec<Endpoint> = Vec::new();
             for we in &spec.endpoints {
-                let Some(address) = we.address.clone() else { continue };
+                let Some(address) = we.address.clone() else {
+                    continue;
+                };
                 list.push(Endpoint {
                     address,
                     port: we.ports.get(&port.name).copied().unwrap_or(target),
                     labels: we.labels.clone(),
-                    locality: we.locality.as_deref().map(Locality::parse).unwrap_or_default(),
+                    locality: we
+                        .locality
+                        .as_deref()
+                        .map(Locality::parse)
+                        .unwrap_or_default(),
                     health: EndpointHealth::Healthy,
                     service_account: we.service_account.clone(),
                     weight: we.weight.filter(|w| *w > 0),
@@ -97,7 +110,11 @@ pub fn services_from_entry<'p>(
                         port: target,
                         labels: pod.labels.clone(),
                         locality: pod.locality.clone(),
-                        health: if pod.ready { EndpointHealth::Healthy } else { EndpointHealth::Unhealthy },
+                        health: if pod.ready {
+                            EndpointHealth::Healthy
+                        } else {
+                            EndpointHealth::Unhealthy
+                        },
                         service_account: pod.service_account.clone(),
                         weight: None,
                         network: String::new(),
@@ -153,7 +170,9 @@ mod tests {
 
     #[test]
     fn dns_entry_without_endpoints_resolves_its_host() {
-        let s = spec("  hosts: [api.example.com]\n  ports: [{number: 443, name: https, protocol: HTTPS}]\n  resolution: DNS\n");
+        let s = spec(
+            "  hosts: [api.example.com]\n  ports: [{number: 443, name: https, protocol: HTTPS}]\n  resolution: DNS\n",
+        );
         let (services, eps) = services_from_entry("e", "ns", 0, &s, []);
         assert_eq!(services[0].resolution, Resolution::Dns);
         assert!(services[0].mesh_external);
@@ -175,12 +194,17 @@ mod tests {
         assert_eq!(list[0].weight, Some(3));
         assert_eq!(list[1].port, 8080);
         assert_eq!(list[1].locality.zone, "us-1a");
-        assert_eq!(list[1].labels.get("version").map(String::as_str), Some("v2"));
+        assert_eq!(
+            list[1].labels.get("version").map(String::as_str),
+            Some("v2")
+        );
     }
 
     #[test]
     fn workload_selector_picks_pods_of_its_namespace() {
-        let s = spec("  hosts: [svc.mesh]\n  ports: [{number: 80, name: http}]\n  resolution: STATIC\n  workloadSelector: {labels: {app: x}}\n");
+        let s = spec(
+            "  hosts: [svc.mesh]\n  ports: [{number: 80, name: http}]\n  resolution: STATIC\n  workloadSelector: {labels: {app: x}}\n",
+        );
         let mk = |ns: &str, name: &str, app: &str, ip: &str| PodInfo {
             namespace: ns.into(),
             name: name.into(),
@@ -189,9 +213,17 @@ mod tests {
             ready: true,
             ..Default::default()
         };
-        let pods = [mk("ns", "a", "x", "10.0.0.1"), mk("other", "b", "x", "10.0.0.2"), mk("ns", "c", "y", "10.0.0.3")];
+        let pods = [
+            mk("ns", "a", "x", "10.0.0.1"),
+            mk("other", "b", "x", "10.0.0.2"),
+            mk("ns", "c", "y", "10.0.0.3"),
+        ];
         let (_, eps) = services_from_entry("e", "ns", 0, &s, &pods);
-        let addrs: Vec<_> = eps[0].ports[0].endpoints.iter().map(|e| e.address.as_str()).collect();
+        let addrs: Vec<_> = eps[0].ports[0]
+            .endpoints
+            .iter()
+            .map(|e| e.address.as_str())
+            .collect();
         assert_eq!(addrs, ["10.0.0.1"]);
     }
 }

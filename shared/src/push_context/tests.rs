@@ -23,7 +23,10 @@ fn inputs(yaml: &str) -> BuildInputs {
 fn proxy(ns: &str, labels: &[(&str, &str)]) -> Proxy {
     Proxy {
         namespace: ns.into(),
-        labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         generator: ProxyGenerator::Envoy,
         ..Proxy::with_defaults("test")
     }
@@ -94,15 +97,27 @@ fn builds_services_endpoints_and_routes() {
     let out = build(&inputs(&format!("{REVIEWS}{ROUTING}")), None);
     assert!(out.findings.is_empty(), "{:?}", out.findings);
     let ctx = out.context;
-    let svc = ctx.service_for("reviews.bookinfo.svc.cluster.local", "default").unwrap();
+    let svc = ctx
+        .service_for("reviews.bookinfo.svc.cluster.local", "default")
+        .unwrap();
     assert_eq!(svc.ports[0].protocol, Protocol::Http);
     let eps = ctx.endpoints(svc).unwrap().port(9080).unwrap();
     assert_eq!(eps.endpoints.len(), 2);
     assert_eq!(eps.endpoints[1].health, EndpointHealth::Unhealthy);
-    assert_eq!(eps.endpoints[0].labels.get("version").map(String::as_str), Some("v1"));
-    let vs = ctx.virtual_service_for_host("reviews.bookinfo.svc.cluster.local", "default").unwrap();
-    assert_eq!(vs.spec.http[0].route[0].destination.host, "reviews.bookinfo.svc.cluster.local");
-    let dr = ctx.destination_rule(&proxy("default", &[]), &svc.hostname, Some("bookinfo")).unwrap();
+    assert_eq!(
+        eps.endpoints[0].labels.get("version").map(String::as_str),
+        Some("v1")
+    );
+    let vs = ctx
+        .virtual_service_for_host("reviews.bookinfo.svc.cluster.local", "default")
+        .unwrap();
+    assert_eq!(
+        vs.spec.http[0].route[0].destination.host,
+        "reviews.bookinfo.svc.cluster.local"
+    );
+    let dr = ctx
+        .destination_rule(&proxy("default", &[]), &svc.hostname, Some("bookinfo"))
+        .unwrap();
     assert_eq!(dr.spec.subsets.len(), 2);
 }
 
@@ -127,9 +142,15 @@ fn an_invalid_edit_keeps_the_last_accepted_version() {
     let out = build(&inputs(&format!("{REVIEWS}{bad}")), Some(&good.context));
     assert_eq!(out.kept_previous.len(), 1);
     let vs = &out.context.virtual_services()[0];
-    assert_eq!(vs.spec.http[0].route[1].destination.subset.as_deref(), Some("v2"));
+    assert_eq!(
+        vs.spec.http[0].route[1].destination.subset.as_deref(),
+        Some("v2")
+    );
     let err = out.errors().next().unwrap();
-    assert!(err.message.contains("subset \"v9\" is not defined"), "{err}");
+    assert!(
+        err.message.contains("subset \"v9\" is not defined"),
+        "{err}"
+    );
     // Deleting the object removes it for good.
     let gone = build(&inputs(REVIEWS), Some(&out.context));
     assert!(gone.context.virtual_services().is_empty());
@@ -160,13 +181,31 @@ fn destination_rule_precedence_follows_istio() {
             .map(|d| d.spec.subsets.iter().map(|s| s.name.clone()).collect())
             .unwrap_or_default()
     };
-    assert_eq!(names(&proxy("client", &[])), ["from-client-ns"], "proxy namespace first");
-    assert_eq!(names(&proxy("client", &[("app", "special")])), ["from-selector"], "selector rules first");
-    assert_eq!(names(&proxy("elsewhere", &[])), ["from-service-ns"], "then the service namespace");
-    assert_eq!(names(&proxy("other", &[])), ["private"], "exportTo . is visible at home");
+    assert_eq!(
+        names(&proxy("client", &[])),
+        ["from-client-ns"],
+        "proxy namespace first"
+    );
+    assert_eq!(
+        names(&proxy("client", &[("app", "special")])),
+        ["from-selector"],
+        "selector rules first"
+    );
+    assert_eq!(
+        names(&proxy("elsewhere", &[])),
+        ["from-service-ns"],
+        "then the service namespace"
+    );
+    assert_eq!(
+        names(&proxy("other", &[])),
+        ["private"],
+        "exportTo . is visible at home"
+    );
     // Root namespace (mesh-wide, wildcard host) for a host nobody else configures.
     let p = proxy("elsewhere", &[]);
-    let mesh = ctx.destination_rule(&p, "ratings.bookinfo.svc.cluster.local", Some("bookinfo")).unwrap();
+    let mesh = ctx
+        .destination_rule(&p, "ratings.bookinfo.svc.cluster.local", Some("bookinfo"))
+        .unwrap();
     assert_eq!(mesh.sources[0].name, "mesh-wide");
 }
 
@@ -181,7 +220,11 @@ fn same_host_rules_merge_oldest_first_with_a_warning() {
     let out = build(&inputs(&yaml), None);
     let d = out
         .context
-        .destination_rule(&proxy("bookinfo", &[]), "reviews.bookinfo.svc.cluster.local", None)
+        .destination_rule(
+            &proxy("bookinfo", &[]),
+            "reviews.bookinfo.svc.cluster.local",
+            None,
+        )
         .unwrap();
     let subsets: Vec<_> = d.spec.subsets.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(subsets, ["v1", "v2", "v3"]);
@@ -189,7 +232,12 @@ fn same_host_rules_merge_oldest_first_with_a_warning() {
         d.spec.traffic_policy.unwrap().load_balancer.unwrap().simple,
         Some(crate::api::SimpleLb::LeastRequest)
     );
-    let warnings: Vec<_> = out.findings.iter().filter(|f| f.severity == Severity::Warning).map(|f| f.path.as_str()).collect();
+    let warnings: Vec<_> = out
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Warning)
+        .map(|f| f.path.as_str())
+        .collect();
     assert_eq!(warnings, ["spec.subsets[0].name", "spec.trafficPolicy"]);
 }
 
@@ -204,20 +252,61 @@ fn virtual_service_precedence_visibility_and_gateways() {
         REVIEWS.to_string(),
         vs("bookinfo", "newer", "[reviews]", "", "2021-01-01T00:00:00Z"),
         vs("bookinfo", "older", "[reviews]", "", "2020-01-01T00:00:00Z"),
-        vs("bookinfo", "wild", "[\"*.bookinfo.svc.cluster.local\"]", "", "2019-01-01T00:00:00Z"),
-        vs("bookinfo", "gw-only", "[ratings]", "  gateways: [bookinfo-gateway]\n", "2019-01-01T00:00:00Z"),
-        vs("bookinfo", "local", "[details]", "  exportTo: [\".\"]\n", "2019-01-01T00:00:00Z"),
+        vs(
+            "bookinfo",
+            "wild",
+            "[\"*.bookinfo.svc.cluster.local\"]",
+            "",
+            "2019-01-01T00:00:00Z",
+        ),
+        vs(
+            "bookinfo",
+            "gw-only",
+            "[ratings]",
+            "  gateways: [bookinfo-gateway]\n",
+            "2019-01-01T00:00:00Z",
+        ),
+        vs(
+            "bookinfo",
+            "local",
+            "[details]",
+            "  exportTo: [\".\"]\n",
+            "2019-01-01T00:00:00Z",
+        ),
     ]
     .concat();
     let out = build(&inputs(&yaml), None);
     let ctx = &out.context;
-    let pick = |host: &str, ns: &str| ctx.virtual_service_for_host(host, ns).map(|v| v.meta.name.clone());
-    assert_eq!(pick("reviews.bookinfo.svc.cluster.local", "x").as_deref(), Some("older"), "exact beats wildcard, oldest wins");
-    assert_eq!(pick("ratings.bookinfo.svc.cluster.local", "x").as_deref(), Some("wild"), "gateway-bound VS is not for sidecars");
-    assert_eq!(pick("details.bookinfo.svc.cluster.local", "x").as_deref(), Some("wild"), "exportTo . hides it elsewhere");
-    assert_eq!(pick("details.bookinfo.svc.cluster.local", "bookinfo").as_deref(), Some("local"));
+    let pick = |host: &str, ns: &str| {
+        ctx.virtual_service_for_host(host, ns)
+            .map(|v| v.meta.name.clone())
+    };
+    assert_eq!(
+        pick("reviews.bookinfo.svc.cluster.local", "x").as_deref(),
+        Some("older"),
+        "exact beats wildcard, oldest wins"
+    );
+    assert_eq!(
+        pick("ratings.bookinfo.svc.cluster.local", "x").as_deref(),
+        Some("wild"),
+        "gateway-bound VS is not for sidecars"
+    );
+    assert_eq!(
+        pick("details.bookinfo.svc.cluster.local", "x").as_deref(),
+        Some("wild"),
+        "exportTo . hides it elsewhere"
+    );
+    assert_eq!(
+        pick("details.bookinfo.svc.cluster.local", "bookinfo").as_deref(),
+        Some("local")
+    );
     let conflict = out.findings.iter().find(|f| f.key.name == "newer").unwrap();
-    assert!(conflict.message.contains("older VirtualService bookinfo/older"), "{conflict}");
+    assert!(
+        conflict
+            .message
+            .contains("older VirtualService bookinfo/older"),
+        "{conflict}"
+    );
 }
 
 #[test]
@@ -227,14 +316,30 @@ fn service_entry_hosts_prefer_the_proxy_namespace() {
             "---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: ext, namespace: {ns}, creationTimestamp: \"{created}\"}}\nspec:\n  hosts: [db.example.com]\n  ports: [{{number: 5432, name: tcp, protocol: TCP}}]\n  resolution: STATIC\n  endpoints: [{{address: {addr}}}]\n"
         )
     };
-    let ctx = build(&inputs(&[se("a", "2021-01-01T00:00:00Z", "10.9.0.1"), se("b", "2020-01-01T00:00:00Z", "10.9.0.2")].concat()), None).context;
+    let ctx = build(
+        &inputs(
+            &[
+                se("a", "2021-01-01T00:00:00Z", "10.9.0.1"),
+                se("b", "2020-01-01T00:00:00Z", "10.9.0.2"),
+            ]
+            .concat(),
+        ),
+        None,
+    )
+    .context;
     let addr = |ns: &str| {
         let s = ctx.service_for("db.example.com", ns).unwrap();
-        ctx.endpoints(s).unwrap().ports[0].endpoints[0].address.clone()
+        ctx.endpoints(s).unwrap().ports[0].endpoints[0]
+            .address
+            .clone()
     };
     assert_eq!(addr("a"), "10.9.0.1");
     assert_eq!(addr("b"), "10.9.0.2");
-    assert_eq!(addr("c"), "10.9.0.2", "oldest when the proxy namespace has none");
+    assert_eq!(
+        addr("c"),
+        "10.9.0.2",
+        "oldest when the proxy namespace has none"
+    );
     assert_eq!(ctx.services_visible_to("c").len(), 1);
 }
 
@@ -267,12 +372,28 @@ spec:
 "
     );
     let out = build(&inputs(&yaml), None);
-    let root = out.context.virtual_services().iter().find(|v| v.meta.name == "root").unwrap();
+    let root = out
+        .context
+        .virtual_services()
+        .iter()
+        .find(|v| v.meta.name == "root")
+        .unwrap();
     assert_eq!(root.spec.http.len(), 1);
     assert!(root.spec.http[0].delegate.is_none());
-    assert_eq!(root.spec.http[0].route[0].destination.subset.as_deref(), Some("v2"));
-    assert_eq!(out.context.virtual_services().len(), 2, "delegates are not served on their own");
-    let warning = out.findings.iter().find(|f| f.key.name == "orphan").unwrap();
+    assert_eq!(
+        root.spec.http[0].route[0].destination.subset.as_deref(),
+        Some("v2")
+    );
+    assert_eq!(
+        out.context.virtual_services().len(),
+        2,
+        "delegates are not served on their own"
+    );
+    let warning = out
+        .findings
+        .iter()
+        .find(|f| f.key.name == "orphan")
+        .unwrap();
     assert_eq!(warning.severity, Severity::Warning);
 }
 
@@ -280,7 +401,10 @@ spec:
 fn endpoint_only_changes_are_recognised_and_the_cheap_path_matches_a_full_build() {
     let base = inputs(&format!("{REVIEWS}{ROUTING}"));
     let first = build(&base, None).context;
-    let moved = inputs(&format!("{REVIEWS}{ROUTING}").replace("conditions: {ready: false}", "conditions: {ready: true}"));
+    let moved = inputs(
+        &format!("{REVIEWS}{ROUTING}")
+            .replace("conditions: {ready: false}", "conditions: {ready: true}"),
+    );
     let full = build(&moved, Some(&first)).context;
     let summary = diff(&first, &full);
     assert!(summary.is_endpoints_only(), "{summary:?}");

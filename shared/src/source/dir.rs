@@ -124,7 +124,10 @@ impl DirSource {
 
     /// Current problems, file by file (a file with errors serves its last good content).
     pub fn errors(&self) -> Vec<SourceError> {
-        self.files.values().flat_map(|s| s.errors.iter().cloned()).collect()
+        self.files
+            .values()
+            .flat_map(|s| s.errors.iter().cloned())
+            .collect()
     }
 
     /// Good objects of every file, in path order.
@@ -138,7 +141,9 @@ impl DirSource {
     }
 
     fn relative(&self, path: &Path) -> PathBuf {
-        path.strip_prefix(&self.root).map(Path::to_path_buf).unwrap_or_else(|_| path.to_path_buf())
+        path.strip_prefix(&self.root)
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|_| path.to_path_buf())
     }
 }
 
@@ -152,10 +157,15 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
         }
         let path = entry.path();
         // `metadata` follows symlinks, as ConfigMap volumes need (`..data` links).
-        let Ok(meta) = std::fs::metadata(&path) else { continue };
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
         if meta.is_dir() {
             collect_files(&path, out)?;
-        } else if [".yaml", ".yml", ".json"].iter().any(|ext| name.ends_with(ext)) {
+        } else if [".yaml", ".yml", ".json"]
+            .iter()
+            .any(|ext| name.ends_with(ext))
+        {
             out.push(path);
         }
     }
@@ -165,7 +175,9 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
 /// Watches `root` recursively; each filesystem event sends a unit on the channel. Keep the
 /// returned watcher alive. Callers debounce and then [`DirSource::rescan`]; since a rescan
 /// compares content, spurious events cost only a directory walk.
-pub fn watch_dir(root: &Path) -> notify::Result<(notify::RecommendedWatcher, mpsc::UnboundedReceiver<()>)> {
+pub fn watch_dir(
+    root: &Path,
+) -> notify::Result<(notify::RecommendedWatcher, mpsc::UnboundedReceiver<()>)> {
     use notify::Watcher;
     let (tx, rx) = mpsc::unbounded_channel();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
@@ -216,12 +228,21 @@ mod tests {
     fn unknown_kinds_are_reported_once() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("sub")).unwrap();
-        std::fs::write(dir.path().join("sub/a.yml"), "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n")
-            .unwrap();
+        std::fs::write(
+            dir.path().join("sub/a.yml"),
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n",
+        )
+        .unwrap();
         let mut src = DirSource::new(dir.path());
-        assert_eq!(src.rescan().unwrap().new_unknown_kinds, vec!["apps/v1/Deployment".to_string()]);
-        std::fs::write(dir.path().join("b.yaml"), "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: y}\n")
-            .unwrap();
+        assert_eq!(
+            src.rescan().unwrap().new_unknown_kinds,
+            vec!["apps/v1/Deployment".to_string()]
+        );
+        std::fs::write(
+            dir.path().join("b.yaml"),
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: y}\n",
+        )
+        .unwrap();
         assert!(src.rescan().unwrap().new_unknown_kinds.is_empty());
     }
 }

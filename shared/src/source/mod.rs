@@ -43,7 +43,11 @@ impl MeshObject {
             MeshObject::Pod(p) => return ("Pod", p.namespace.clone(), p.name.clone()),
             MeshObject::Istio(o) => (o.kind().as_str(), o.metadata()),
         };
-        (kind, namespace_of(meta), meta.name.clone().unwrap_or_default())
+        (
+            kind,
+            namespace_of(meta),
+            meta.name.clone().unwrap_or_default(),
+        )
     }
 }
 
@@ -59,7 +63,13 @@ pub struct SourceError {
 impl fmt::Display for SourceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.document {
-            Some(i) => write!(f, "{}: document {}: {}", self.file.display(), i, self.message),
+            Some(i) => write!(
+                f,
+                "{}: document {}: {}",
+                self.file.display(),
+                i,
+                self.message
+            ),
             None => write!(f, "{}: {}", self.file.display(), self.message),
         }
     }
@@ -104,10 +114,19 @@ fn parse_document(file: &std::path::Path, doc: &YamlDocument, out: &mut ParsedFi
     if value.is_null() {
         return;
     }
-    let api_version = value.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let api_version = value
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
     if kind == "List" || kind.ends_with("List") && value.get("items").is_some() {
-        for (i, item) in value.get("items").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        for (i, item) in value
+            .get("items")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
             match parse_object(item) {
                 Ok(Some(o)) => out.objects.push(o),
                 Ok(None) => out.unknown_kinds.push(kind_of(item)),
@@ -117,8 +136,12 @@ fn parse_document(file: &std::path::Path, doc: &YamlDocument, out: &mut ParsedFi
         return;
     }
     match IstioResource::parse_strict_yaml(doc) {
-        Ok(Some(r)) => out.objects.push(MeshObject::Istio(Arc::new(with_default_namespace_istio(r)))),
-        Err(e) => out.errors.push(err(format!("{kind} {}: {e}", name_of(value)))),
+        Ok(Some(r)) => out
+            .objects
+            .push(MeshObject::Istio(Arc::new(with_default_namespace_istio(r)))),
+        Err(e) => out
+            .errors
+            .push(err(format!("{kind} {}: {e}", name_of(value)))),
         Ok(None) => match parse_object(value) {
             Ok(Some(o)) => out.objects.push(o),
             Ok(None) => out.unknown_kinds.push(format!("{api_version}/{kind}")),
@@ -137,17 +160,30 @@ fn kind_of(v: &Value) -> String {
 
 fn name_of(v: &Value) -> String {
     let meta = v.get("metadata");
-    let get = |k: &str| meta.and_then(|m| m.get(k)).and_then(Value::as_str).unwrap_or("");
+    let get = |k: &str| {
+        meta.and_then(|m| m.get(k))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    };
     let ns = get("namespace");
-    format!("{}/{}", if ns.is_empty() { "default" } else { ns }, get("name"))
+    format!(
+        "{}/{}",
+        if ns.is_empty() { "default" } else { ns },
+        get("name")
+    )
 }
 
 /// Parses one object; `Ok(None)` for kinds that are not mesh objects.
 pub fn parse_object(value: &Value) -> Result<Option<MeshObject>, String> {
     if let Some(r) = IstioResource::parse_strict(value).map_err(|e| e.to_string())? {
-        return Ok(Some(MeshObject::Istio(Arc::new(with_default_namespace_istio(r)))));
+        return Ok(Some(MeshObject::Istio(Arc::new(
+            with_default_namespace_istio(r),
+        ))));
     }
-    let api_version = value.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let api_version = value
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
     let what = || format!("{kind} {}", name_of(value));
     fn decode<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T, String> {
@@ -197,7 +233,10 @@ fn with_default_namespace_istio(mut r: IstioResource) -> IstioResource {
 
 /// Collects objects into builder inputs. Later objects with the same key replace earlier
 /// ones (the caller orders them, e.g. by file name).
-pub fn to_inputs<'a>(objects: impl IntoIterator<Item = &'a MeshObject>, mut base: BuildInputs) -> BuildInputs {
+pub fn to_inputs<'a>(
+    objects: impl IntoIterator<Item = &'a MeshObject>,
+    mut base: BuildInputs,
+) -> BuildInputs {
     let mut unique: BTreeMap<(&'static str, String, String), &MeshObject> = BTreeMap::new();
     for o in objects {
         unique.insert(o.key(), o);
@@ -208,9 +247,15 @@ pub fn to_inputs<'a>(objects: impl IntoIterator<Item = &'a MeshObject>, mut base
             MeshObject::EndpointSlice(s) => base.endpoint_slices.push(s.clone()),
             MeshObject::Pod(p) => base.pods.push(p.clone()),
             MeshObject::Istio(r) => match &**r {
-                IstioResource::VirtualService(v) => base.virtual_services.push(Arc::new(v.clone())),
-                IstioResource::DestinationRule(d) => base.destination_rules.push(Arc::new(d.clone())),
-                IstioResource::ServiceEntry(s) => base.service_entries.push(Arc::new(s.clone())),
+                IstioResource::VirtualService(v) => {
+                    base.virtual_services.push(Arc::new((**v).clone()))
+                }
+                IstioResource::DestinationRule(d) => {
+                    base.destination_rules.push(Arc::new((**d).clone()))
+                }
+                IstioResource::ServiceEntry(s) => {
+                    base.service_entries.push(Arc::new((**s).clone()))
+                }
             },
         }
     }
@@ -253,10 +298,17 @@ metadata: {name: x}
             keys,
             vec![
                 ("Service", "default".to_string(), "reviews".to_string()),
-                ("DestinationRule", "bookinfo".to_string(), "reviews".to_string()),
+                (
+                    "DestinationRule",
+                    "bookinfo".to_string(),
+                    "reviews".to_string()
+                ),
             ]
         );
-        assert_eq!(parsed.unknown_kinds, vec!["apps/v1/Deployment".to_string(), "v1/ConfigMap".to_string()]);
+        assert_eq!(
+            parsed.unknown_kinds,
+            vec!["apps/v1/Deployment".to_string(), "v1/ConfigMap".to_string()]
+        );
     }
 
     #[test]
@@ -278,7 +330,10 @@ spec:
         let parsed = parse_text(Path::new("dir/vs.yaml"), text);
         assert_eq!(parsed.errors.len(), 1);
         let msg = parsed.errors[0].to_string();
-        assert!(msg.starts_with("dir/vs.yaml: document 1: VirtualService default/reviews:"), "{msg}");
+        assert!(
+            msg.starts_with("dir/vs.yaml: document 1: VirtualService default/reviews:"),
+            "{msg}"
+        );
         assert!(msg.contains("spec.http[0].route[0].destinaton"), "{msg}");
     }
 

@@ -28,10 +28,15 @@ fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// Every document of the valid corpus: (file name, document index, JSON value, parsed).
+/// Every document that must parse and satisfy the CRD schema: the valid corpus and the
+/// `schema-only` corpus (accepted by Istio's CRD schema, rejected by its validation):
+/// (file name, document index, JSON value, parsed).
 fn valid_corpus() -> Vec<(String, usize, Value, IstioResource)> {
     let mut out = Vec::new();
-    for path in yaml_files(&data_dir("valid")) {
+    let files = yaml_files(&data_dir("valid"))
+        .into_iter()
+        .chain(yaml_files(&data_dir("schema-only")));
+    for path in files {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let text = std::fs::read_to_string(&path).unwrap();
         let documents = yaml_documents(&text).unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -1,5 +1,5 @@
-//! Semantic validation corpora: every file under `data/istio/invalid/` and
-//! `data/istio/warnings/` states, in `# expect:` header lines, the exact findings the
+//! Semantic validation corpora: every file under `data/istio/invalid/`,
+//! `data/istio/schema-only/` and `data/istio/warnings/` states, in `# expect:` header lines, the exact findings the
 //! builder must report (other warnings, such as unknown hosts, are allowed; other errors
 //! are not). The realistic corpus under `data/istio/valid/` must build without errors.
 
@@ -10,7 +10,9 @@ use pilotfish_shared::push_context::{BuildInputs, build};
 use pilotfish_shared::source::{parse_text, to_inputs};
 
 fn data_dir(sub: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/istio").join(sub)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/istio")
+        .join(sub)
 }
 
 fn yaml_files(dir: &Path) -> Vec<PathBuf> {
@@ -27,7 +29,12 @@ fn inputs_of(files: &[PathBuf]) -> BuildInputs {
     let mut objects = Vec::new();
     for f in files {
         let parsed = parse_text(f, &std::fs::read_to_string(f).unwrap());
-        assert!(parsed.errors.is_empty(), "{}: {:?}", f.display(), parsed.errors);
+        assert!(
+            parsed.errors.is_empty(),
+            "{}: {:?}",
+            f.display(),
+            parsed.errors
+        );
         objects.extend(parsed.objects);
     }
     to_inputs(
@@ -39,17 +46,32 @@ fn inputs_of(files: &[PathBuf]) -> BuildInputs {
     )
 }
 
-fn check_expectations(sub: &str, expected_severity: Severity) {
-    let files = yaml_files(&data_dir(sub));
-    assert!(files.len() >= 5, "corpus {sub} is missing");
+fn check_expectations(subs: &[&str], expected_severity: Severity) {
+    let files: Vec<PathBuf> = subs
+        .iter()
+        .flat_map(|sub| yaml_files(&data_dir(sub)))
+        .collect();
+    assert!(files.len() >= 5, "corpus {subs:?} is missing");
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
-        let expected: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# expect: ")).collect();
-        assert!(!expected.is_empty(), "{} has no `# expect:` line", file.display());
+        let expected: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# expect: "))
+            .collect();
+        assert!(
+            !expected.is_empty(),
+            "{} has no `# expect:` line",
+            file.display()
+        );
         let out = build(&inputs_of(std::slice::from_ref(&file)), None);
         let found: Vec<String> = out.findings.iter().map(|f| f.to_string()).collect();
         for e in &expected {
-            assert!(found.iter().any(|f| f == e), "{}: expected\n  {e}\nfound\n  {}", file.display(), found.join("\n  "));
+            assert!(
+                found.iter().any(|f| f == e),
+                "{}: expected\n  {e}\nfound\n  {}",
+                file.display(),
+                found.join("\n  ")
+            );
         }
         let unexpected: Vec<&String> = out
             .findings
@@ -58,21 +80,30 @@ fn check_expectations(sub: &str, expected_severity: Severity) {
             .filter(|(f, text)| f.is_error() && !expected.contains(&text.as_str()))
             .map(|(_, text)| text)
             .collect();
-        assert!(unexpected.is_empty(), "{}: unexpected errors {unexpected:?}", file.display());
+        assert!(
+            unexpected.is_empty(),
+            "{}: unexpected errors {unexpected:?}",
+            file.display()
+        );
         if expected_severity == Severity::Warning {
-            assert!(out.errors().next().is_none(), "{}: {:?}", file.display(), found);
+            assert!(
+                out.errors().next().is_none(),
+                "{}: {:?}",
+                file.display(),
+                found
+            );
         }
     }
 }
 
 #[test]
 fn invalid_corpus_reports_the_expected_errors() {
-    check_expectations("invalid", Severity::Error);
+    check_expectations(&["invalid", "schema-only"], Severity::Error);
 }
 
 #[test]
 fn warning_corpus_reports_the_expected_warnings_and_no_errors() {
-    check_expectations("warnings", Severity::Warning);
+    check_expectations(&["warnings"], Severity::Warning);
 }
 
 #[test]

@@ -17,7 +17,10 @@ pub struct Findings<'k> {
 
 impl<'k> Findings<'k> {
     pub fn new(key: &'k ConfigKey) -> Self {
-        Findings { key, list: Vec::new() }
+        Findings {
+            key,
+            list: Vec::new(),
+        }
     }
 
     pub fn error(&mut self, path: impl Into<String>, message: impl Into<String>) {
@@ -25,7 +28,8 @@ impl<'k> Findings<'k> {
     }
 
     pub fn warning(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.list.push(ConfigError::warning(self.key, path, message));
+        self.list
+            .push(ConfigError::warning(self.key, path, message));
     }
 }
 
@@ -58,11 +62,15 @@ pub fn check_re2(pattern: &str) -> Result<(), String> {
             }
             Ok(())
         }
-        fn visit_class_set_binary_op_pre(&mut self, _: &ast::ClassSetBinaryOp) -> Result<(), String> {
+        fn visit_class_set_binary_op_pre(
+            &mut self,
+            _: &ast::ClassSetBinaryOp,
+        ) -> Result<(), String> {
             Err("character class set operations (&&, --, ~~) are not supported by RE2".to_string())
         }
     }
-    ast::visit(&parsed, Re2Only).map_err(|e| format!("invalid regular expression {pattern:?}: {e}"))?;
+    ast::visit(&parsed, Re2Only)
+        .map_err(|e| format!("invalid regular expression {pattern:?}: {e}"))?;
     // Also run the translator so semantic errors (e.g. invalid Unicode classes) surface.
     regex_syntax::hir::translate::Translator::new()
         .translate(pattern, &parsed)
@@ -96,19 +104,28 @@ pub fn check_duration_min_ms(f: &mut Findings, path: &str, d: &Duration) {
 
 pub fn check_percent(f: &mut Findings, path: &str, p: &Percent) {
     if !(0.0..=100.0).contains(&p.value) || p.value.is_nan() {
-        f.error(format!("{path}.value"), format!("percentage must be between 0 and 100 (got {})", p.value));
+        f.error(
+            format!("{path}.value"),
+            format!("percentage must be between 0 and 100 (got {})", p.value),
+        );
     }
 }
 
 pub fn check_int_percent(f: &mut Findings, path: &str, p: i64) {
     if !(0..=100).contains(&p) {
-        f.error(path, format!("percentage must be between 0 and 100 (got {p})"));
+        f.error(
+            path,
+            format!("percentage must be between 0 and 100 (got {p})"),
+        );
     }
 }
 
 pub fn check_port(f: &mut Findings, path: &str, port: u32) {
     if !(1..=65535).contains(&port) {
-        f.error(path, format!("port must be between 1 and 65535 (got {port})"));
+        f.error(
+            path,
+            format!("port must be between 1 and 65535 (got {port})"),
+        );
     }
 }
 
@@ -129,13 +146,19 @@ pub fn check_export_to(f: &mut Findings, path: &str, export_to: &[String]) {
             "." | "*" | "~" => {}
             ns => {
                 if let Err(r) = check_dns1123_label(ns) {
-                    f.error(format!("{path}[{i}]"), format!("must be \".\", \"*\", \"~\" or a namespace name: {r}"));
+                    f.error(
+                        format!("{path}[{i}]"),
+                        format!("must be \".\", \"*\", \"~\" or a namespace name: {r}"),
+                    );
                 }
             }
         }
     }
     if export_to.len() > 1 && export_to.iter().any(|e| e == "~") {
-        f.error(path, "\"~\" (export to nobody) cannot be combined with other entries");
+        f.error(
+            path,
+            "\"~\" (export to nobody) cannot be combined with other entries",
+        );
     }
 }
 
@@ -144,7 +167,9 @@ pub fn check_dns1123_label(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > 63 {
         return Err(format!("{name:?} must be 1 to 63 characters"));
     }
-    let ok_chars = name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    let ok_chars = name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
     if !ok_chars || name.starts_with('-') || name.ends_with('-') {
         return Err(format!(
             "{name:?} must consist of lower-case letters, digits and '-', and start and end with a letter or digit"
@@ -174,7 +199,13 @@ fn check_label_key(k: &str) -> Result<(), String> {
         hosts::check_host(p, false).map_err(|r| format!("label key prefix: {r}"))?;
     }
     check_label_value(name)
-        .and_then(|()| if name.is_empty() { Err("label key name must not be empty".into()) } else { Ok(()) })
+        .and_then(|()| {
+            if name.is_empty() {
+                Err("label key name must not be empty".into())
+            } else {
+                Ok(())
+            }
+        })
         .map_err(|r| format!("label key {k:?}: {r}"))
 }
 
@@ -185,7 +216,9 @@ fn check_label_value(v: &str) -> Result<(), String> {
     if v.is_empty() {
         return Ok(());
     }
-    let ok = v.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    let ok = v
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     let edges = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
     if !ok || !edges(v.chars().next()) || !edges(v.chars().last()) {
         return Err(format!(
@@ -217,7 +250,9 @@ pub fn check_ip_or_cidr(s: &str) -> Result<(), String> {
         Some((a, p)) => (a, Some(p)),
         None => (s, None),
     };
-    let ip: std::net::IpAddr = addr.parse().map_err(|_| format!("{s:?} is not an IP address or CIDR block"))?;
+    let ip: std::net::IpAddr = addr
+        .parse()
+        .map_err(|_| format!("{s:?} is not an IP address or CIDR block"))?;
     if let Some(p) = prefix {
         let max = if ip.is_ipv4() { 32 } else { 128 };
         match p.parse::<u8>() {
@@ -242,10 +277,18 @@ mod tests {
 
     #[test]
     fn re2_rejects_what_envoy_rejects() {
-        assert!(check_re2("([a-z]+").unwrap_err().contains("invalid regular expression"));
+        assert!(
+            check_re2("([a-z]+")
+                .unwrap_err()
+                .contains("invalid regular expression")
+        );
         assert!(check_re2("(?=x)").is_err(), "look-ahead");
         assert!(check_re2("(a)\\1").is_err(), "back-reference");
-        assert!(check_re2("[a-z&&[^aeiou]]").unwrap_err().contains("set operations"));
+        assert!(
+            check_re2("[a-z&&[^aeiou]]")
+                .unwrap_err()
+                .contains("set operations")
+        );
         assert!(check_re2("(?x) a b").unwrap_err().contains("`x` flag"));
         assert!(check_re2("*abc").is_err());
     }
@@ -281,7 +324,11 @@ mod tests {
         assert!(check_ip_or_cidr("example.com").is_err());
         let key = ConfigKey::new(crate::config::ConfigKind::VirtualService, "ns", "n");
         let mut f = Findings::new(&key);
-        check_export_to(&mut f, "spec.exportTo", &["~".into(), "a".into(), "a".into(), "Bad".into()]);
+        check_export_to(
+            &mut f,
+            "spec.exportTo",
+            &["~".into(), "a".into(), "a".into(), "Bad".into()],
+        );
         let msgs: Vec<_> = f.list.iter().map(|e| e.to_string()).collect();
         assert_eq!(msgs.len(), 3, "{msgs:?}");
     }

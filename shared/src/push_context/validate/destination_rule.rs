@@ -5,17 +5,24 @@ use std::collections::BTreeSet;
 use super::common::*;
 use super::{Validated, ValidationContext};
 use crate::api::{
-    ClientTlsSettings, ConnectionPoolSettings, DestinationRule, DestinationRuleSpec, LoadBalancerSettings,
-    OutlierDetection, TlsMode, TrafficPolicy,
+    ClientTlsSettings, ConnectionPoolSettings, DestinationRule, DestinationRuleSpec,
+    LoadBalancerSettings, OutlierDetection, TlsMode, TrafficPolicy,
 };
 use crate::config::{ConfigKey, ConfigKind};
 use crate::model::kube::namespace_of;
 use crate::push_context::hosts::{check_host, resolve_short_name};
 
 /// Validates one DestinationRule and returns its spec with the host resolved to an FQDN.
-pub fn validate_destination_rule(dr: &DestinationRule, ctx: &ValidationContext) -> Validated<DestinationRuleSpec> {
+pub fn validate_destination_rule(
+    dr: &DestinationRule,
+    ctx: &ValidationContext,
+) -> Validated<DestinationRuleSpec> {
     let namespace = namespace_of(&dr.metadata);
-    let key = ConfigKey::new(ConfigKind::DestinationRule, &namespace, dr.metadata.name.clone().unwrap_or_default());
+    let key = ConfigKey::new(
+        ConfigKind::DestinationRule,
+        &namespace,
+        dr.metadata.name.clone().unwrap_or_default(),
+    );
     let mut f = Findings::new(&key);
     let mut spec = dr.spec.clone();
     match check_host(&spec.host, true) {
@@ -23,13 +30,23 @@ pub fn validate_destination_rule(dr: &DestinationRule, ctx: &ValidationContext) 
         Ok(()) => spec.host = resolve_short_name(&spec.host, &namespace, ctx.cluster_domain),
     }
     if spec.host == "*" {
-        f.error("spec.host", "wildcard host `*` is not allowed; use `*.<domain>` or a namespace-wide rule");
+        f.error(
+            "spec.host",
+            "wildcard host `*` is not allowed; use `*.<domain>` or a namespace-wide rule",
+        );
     }
     check_export_to(&mut f, "spec.exportTo", &spec.export_to);
     if let Some(sel) = &spec.workload_selector {
-        check_labels(&mut f, "spec.workloadSelector.matchLabels", &sel.match_labels);
+        check_labels(
+            &mut f,
+            "spec.workloadSelector.matchLabels",
+            &sel.match_labels,
+        );
         if sel.match_labels.is_empty() {
-            f.error("spec.workloadSelector.matchLabels", "a workload selector needs at least one label");
+            f.error(
+                "spec.workloadSelector.matchLabels",
+                "a workload selector needs at least one label",
+            );
         }
     }
     if let Some(tp) = &spec.traffic_policy {
@@ -42,7 +59,10 @@ pub fn validate_destination_rule(dr: &DestinationRule, ctx: &ValidationContext) 
             f.error(format!("{path}.name"), r);
         }
         if !names.insert(s.name.clone()) {
-            f.error(format!("{path}.name"), format!("duplicate subset name {:?}", s.name));
+            f.error(
+                format!("{path}.name"),
+                format!("duplicate subset name {:?}", s.name),
+            );
         }
         check_labels(&mut f, &format!("{path}.labels"), &s.labels);
         if let Some(tp) = &s.traffic_policy {
@@ -69,11 +89,17 @@ fn traffic_policy(f: &mut Findings, path: &str, tp: &TrafficPolicy) {
     for (i, pl) in tp.port_level_settings.iter().enumerate() {
         let pp = format!("{path}.portLevelSettings[{i}]");
         match &pl.port {
-            None => f.error(format!("{pp}.port"), "port is required in portLevelSettings"),
+            None => f.error(
+                format!("{pp}.port"),
+                "port is required in portLevelSettings",
+            ),
             Some(p) => {
                 check_port(f, &format!("{pp}.port.number"), p.number);
                 if !ports.insert(p.number) {
-                    f.error(format!("{pp}.port.number"), format!("port {} appears twice in portLevelSettings", p.number));
+                    f.error(
+                        format!("{pp}.port.number"),
+                        format!("port {} appears twice in portLevelSettings", p.number),
+                    );
                 }
             }
         }
@@ -92,14 +118,20 @@ fn traffic_policy(f: &mut Findings, path: &str, tp: &TrafficPolicy) {
     }
     if let Some(t) = &tp.tunnel {
         if t.target_host.is_empty() {
-            f.error(format!("{path}.tunnel.targetHost"), "targetHost is required");
+            f.error(
+                format!("{path}.tunnel.targetHost"),
+                "targetHost is required",
+            );
         }
         check_port(f, &format!("{path}.tunnel.targetPort"), t.target_port);
         if let Some(p) = &t.protocol
             && p != "CONNECT"
             && p != "POST"
         {
-            f.error(format!("{path}.tunnel.protocol"), format!("must be CONNECT or POST (got {p:?})"));
+            f.error(
+                format!("{path}.tunnel.protocol"),
+                format!("must be CONNECT or POST (got {p:?})"),
+            );
         }
     }
 }
@@ -121,22 +153,28 @@ fn load_balancer(f: &mut Findings, path: &str, lb: &LoadBalancerSettings) {
             1 => {}
             _ => f.error(&cp, "only one of httpHeaderName, httpCookie, useSourceIp and httpQueryParameterName may be set"),
         }
-        if let Some(c) = &ch.http_cookie {
-            if c.name.is_empty() {
-                f.error(format!("{cp}.httpCookie.name"), "cookie name is required");
-            }
+        if let Some(c) = &ch.http_cookie
+            && c.name.is_empty()
+        {
+            f.error(format!("{cp}.httpCookie.name"), "cookie name is required");
         }
         if ch.ring_hash.is_some() && ch.maglev.is_some() {
             f.error(&cp, "only one of ringHash and maglev may be set");
         }
         if ch.minimum_ring_size.is_some() && (ch.ring_hash.is_some() || ch.maglev.is_some()) {
-            f.error(format!("{cp}.minimumRingSize"), "the deprecated minimumRingSize cannot be combined with ringHash or maglev");
+            f.error(
+                format!("{cp}.minimumRingSize"),
+                "the deprecated minimumRingSize cannot be combined with ringHash or maglev",
+            );
         }
         if let Some(m) = &ch.maglev
             && let Some(size) = m.table_size
             && !is_prime(size)
         {
-            f.error(format!("{cp}.maglev.tableSize"), format!("table size must be a prime number (got {size})"));
+            f.error(
+                format!("{cp}.maglev.tableSize"),
+                format!("table size must be a prime number (got {size})"),
+            );
         }
     }
     if let Some(l) = &lb.locality_lb_setting {
@@ -147,12 +185,18 @@ fn load_balancer(f: &mut Findings, path: &str, lb: &LoadBalancerSettings) {
         for (i, d) in l.distribute.iter().enumerate() {
             let total: u64 = d.to.values().map(|w| u64::from(*w)).sum();
             if total != 100 {
-                f.error(format!("{lp}.distribute[{i}].to"), format!("weights must add up to 100 (got {total})"));
+                f.error(
+                    format!("{lp}.distribute[{i}].to"),
+                    format!("weights must add up to 100 (got {total})"),
+                );
             }
         }
         for (i, fo) in l.failover.iter().enumerate() {
             if fo.from.is_some() && fo.from == fo.to {
-                f.error(format!("{lp}.failover[{i}]"), "failover from and to must be different regions");
+                f.error(
+                    format!("{lp}.failover[{i}]"),
+                    "failover from and to must be different regions",
+                );
             }
         }
     }
@@ -197,7 +241,10 @@ fn connection_pool(f: &mut Findings, path: &str, cp: &ConnectionPoolSettings) {
                 if let Some(d) = d
                     && d.as_std() < std::time::Duration::from_secs(1)
                 {
-                    f.error(format!("{tp}.tcpKeepalive.{field}"), format!("must be at least 1s (got {d})"));
+                    f.error(
+                        format!("{tp}.tcpKeepalive.{field}"),
+                        format!("must be at least 1s (got {d})"),
+                    );
                 }
             }
         }
@@ -225,7 +272,10 @@ fn outlier_detection(f: &mut Findings, path: &str, od: &OutlierDetection) {
     if let Some(v) = od.consecutive_errors {
         check_non_negative(f, &format!("{path}.consecutiveErrors"), v.into());
     }
-    for (field, d) in [("interval", &od.interval), ("baseEjectionTime", &od.base_ejection_time)] {
+    for (field, d) in [
+        ("interval", &od.interval),
+        ("baseEjectionTime", &od.base_ejection_time),
+    ] {
         if let Some(d) = d {
             check_duration_min_ms(f, &format!("{path}.{field}"), d);
         }
@@ -236,7 +286,9 @@ fn outlier_detection(f: &mut Findings, path: &str, od: &OutlierDetection) {
     if let Some(p) = od.min_health_percent {
         check_int_percent(f, &format!("{path}.minHealthPercent"), p.into());
     }
-    if od.consecutive_local_origin_failures.is_some() && od.split_external_local_origin_errors != Some(true) {
+    if od.consecutive_local_origin_failures.is_some()
+        && od.split_external_local_origin_errors != Some(true)
+    {
         f.error(
             format!("{path}.consecutiveLocalOriginFailures"),
             "requires splitExternalLocalOriginErrors: true",
@@ -245,21 +297,32 @@ fn outlier_detection(f: &mut Findings, path: &str, od: &OutlierDetection) {
 }
 
 fn client_tls(f: &mut Findings, path: &str, tls: &ClientTlsSettings) {
-    let has_files = tls.client_certificate.is_some() || tls.private_key.is_some() || tls.ca_certificates.is_some();
+    let has_files = tls.client_certificate.is_some()
+        || tls.private_key.is_some()
+        || tls.ca_certificates.is_some();
     match tls.mode.unwrap_or(TlsMode::Disable) {
         TlsMode::Disable => {}
         TlsMode::Simple => {
             if tls.client_certificate.is_some() || tls.private_key.is_some() {
-                f.warning(path, "client certificate and key are ignored in SIMPLE mode");
+                f.warning(
+                    path,
+                    "client certificate and key are ignored in SIMPLE mode",
+                );
             }
         }
         TlsMode::Mutual => {
             if tls.credential_name.is_none() {
                 if tls.client_certificate.is_none() {
-                    f.error(format!("{path}.clientCertificate"), "MUTUAL mode needs clientCertificate (or credentialName)");
+                    f.error(
+                        format!("{path}.clientCertificate"),
+                        "MUTUAL mode needs clientCertificate (or credentialName)",
+                    );
                 }
                 if tls.private_key.is_none() {
-                    f.error(format!("{path}.privateKey"), "MUTUAL mode needs privateKey (or credentialName)");
+                    f.error(
+                        format!("{path}.privateKey"),
+                        "MUTUAL mode needs privateKey (or credentialName)",
+                    );
                 }
             }
         }
@@ -274,7 +337,10 @@ fn client_tls(f: &mut Findings, path: &str, tls: &ClientTlsSettings) {
         }
     }
     if tls.credential_name.is_some() && has_files {
-        f.error(path, "credentialName cannot be combined with certificate files");
+        f.error(
+            path,
+            "credentialName cannot be combined with certificate files",
+        );
     }
 }
 
@@ -325,10 +391,16 @@ mod tests {
 
     #[test]
     fn istio_mutual_is_accepted_with_a_warning() {
-        let out = check(&format!("{HEAD}spec:\n  host: reviews\n  trafficPolicy:\n    tls: {{mode: ISTIO_MUTUAL}}\n"));
+        let out = check(&format!(
+            "{HEAD}spec:\n  host: reviews\n  trafficPolicy:\n    tls: {{mode: ISTIO_MUTUAL}}\n"
+        ));
         assert!(out.spec.is_some());
         assert_eq!(out.findings.len(), 1);
-        assert!(out.findings[0].message.contains("does not issue certificates"));
+        assert!(
+            out.findings[0]
+                .message
+                .contains("does not issue certificates")
+        );
     }
 
     #[test]

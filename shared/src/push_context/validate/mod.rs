@@ -61,7 +61,13 @@ struct SubsetEntry {
 
 impl SubsetIndex {
     /// Records the subsets of one accepted DestinationRule (`host` already resolved).
-    pub fn add(&mut self, host: &str, namespace: &str, export_to: ExportTo, subsets: impl IntoIterator<Item = String>) {
+    pub fn add(
+        &mut self,
+        host: &str,
+        namespace: &str,
+        export_to: ExportTo,
+        subsets: impl IntoIterator<Item = String>,
+    ) {
         self.entries.push(SubsetEntry {
             host: host.to_string(),
             namespace: namespace.to_string(),
@@ -71,10 +77,17 @@ impl SubsetIndex {
     }
 
     /// Convenience for tests: public rules.
-    pub fn from_pairs<'s>(rules: impl IntoIterator<Item = (&'s str, &'s str, &'s [&'s str])>) -> Self {
+    pub fn from_pairs<'s>(
+        rules: impl IntoIterator<Item = (&'s str, &'s str, &'s [&'s str])>,
+    ) -> Self {
         let mut index = SubsetIndex::default();
         for (host, ns, subsets) in rules {
-            index.add(host, ns, ExportTo::default(), subsets.iter().map(|s| s.to_string()));
+            index.add(
+                host,
+                ns,
+                ExportTo::default(),
+                subsets.iter().map(|s| s.to_string()),
+            );
         }
         index
     }
@@ -82,7 +95,9 @@ impl SubsetIndex {
     /// Whether a DestinationRule visible from `namespace` defines `subset` for `host`.
     pub fn defines(&self, host: &str, namespace: &str, subset: &str) -> bool {
         self.entries.iter().any(|e| {
-            host_matches(&e.host, host) && e.export_to.is_visible_to(&e.namespace, namespace) && e.subsets.contains(subset)
+            host_matches(&e.host, host)
+                && e.export_to.is_visible_to(&e.namespace, namespace)
+                && e.subsets.contains(subset)
         })
     }
 }

@@ -11,9 +11,16 @@ use crate::model::kube::namespace_of;
 use crate::push_context::hosts::{check_host, resolve_short_name};
 
 /// Validates one ServiceEntry and returns its spec with hosts resolved to FQDNs.
-pub fn validate_service_entry(se: &ServiceEntry, ctx: &ValidationContext) -> Validated<ServiceEntrySpec> {
+pub fn validate_service_entry(
+    se: &ServiceEntry,
+    ctx: &ValidationContext,
+) -> Validated<ServiceEntrySpec> {
     let namespace = namespace_of(&se.metadata);
-    let key = ConfigKey::new(ConfigKind::ServiceEntry, &namespace, se.metadata.name.clone().unwrap_or_default());
+    let key = ConfigKey::new(
+        ConfigKind::ServiceEntry,
+        &namespace,
+        se.metadata.name.clone().unwrap_or_default(),
+    );
     let mut f = Findings::new(&key);
     let mut spec = se.spec.clone();
     let resolution = spec.resolution.unwrap_or(SeResolution::None);
@@ -31,8 +38,13 @@ pub fn validate_service_entry(se: &ServiceEntry, ctx: &ValidationContext) -> Val
         if host == "*" {
             f.error(&path, "`*` is not a valid ServiceEntry host");
         }
-        if host.starts_with('*') && matches!(resolution, SeResolution::Dns | SeResolution::DnsRoundRobin) {
-            f.error(&path, "wildcard hosts cannot use DNS resolution (use resolution NONE)");
+        if host.starts_with('*')
+            && matches!(resolution, SeResolution::Dns | SeResolution::DnsRoundRobin)
+        {
+            f.error(
+                &path,
+                "wildcard hosts cannot use DNS resolution (use resolution NONE)",
+            );
         }
         *host = resolve_short_name(host, &namespace, ctx.cluster_domain);
         if !seen.insert(host.clone()) {
@@ -53,12 +65,18 @@ pub fn validate_service_entry(se: &ServiceEntry, ctx: &ValidationContext) -> Val
         let path = format!("spec.ports[{i}]");
         check_port(&mut f, &format!("{path}.number"), p.number);
         if !numbers.insert(p.number) {
-            f.error(format!("{path}.number"), format!("port {} is declared twice", p.number));
+            f.error(
+                format!("{path}.number"),
+                format!("port {} is declared twice", p.number),
+            );
         }
         if p.name.is_empty() {
             f.error(format!("{path}.name"), "port name is required");
         } else if !names.insert(p.name.clone()) {
-            f.error(format!("{path}.name"), format!("port name {:?} is declared twice", p.name));
+            f.error(
+                format!("{path}.name"),
+                format!("port name {:?} is declared twice", p.name),
+            );
         }
         if let Some(proto) = &p.protocol
             && Protocol::from_istio_name(proto).is_none()
@@ -71,7 +89,10 @@ pub fn validate_service_entry(se: &ServiceEntry, ctx: &ValidationContext) -> Val
     }
     check_export_to(&mut f, "spec.exportTo", &spec.export_to);
     if !spec.endpoints.is_empty() && spec.workload_selector.is_some() {
-        f.error("spec.workloadSelector", "endpoints and workloadSelector cannot both be set");
+        f.error(
+            "spec.workloadSelector",
+            "endpoints and workloadSelector cannot both be set",
+        );
     }
     if let Some(sel) = &spec.workload_selector {
         check_labels(&mut f, "spec.workloadSelector.labels", &sel.labels);
@@ -81,13 +102,22 @@ pub fn validate_service_entry(se: &ServiceEntry, ctx: &ValidationContext) -> Val
             f.error("spec.endpoints", "resolution NONE takes no endpoints (traffic goes to the address the client dialled)");
         }
         SeResolution::Static if spec.endpoints.is_empty() && spec.workload_selector.is_none() => {
-            f.error("spec.endpoints", "resolution STATIC needs endpoints or a workloadSelector");
+            f.error(
+                "spec.endpoints",
+                "resolution STATIC needs endpoints or a workloadSelector",
+            );
         }
         SeResolution::DnsRoundRobin if spec.endpoints.len() > 1 => {
-            f.error("spec.endpoints", "resolution DNS_ROUND_ROBIN takes at most one endpoint");
+            f.error(
+                "spec.endpoints",
+                "resolution DNS_ROUND_ROBIN takes at most one endpoint",
+            );
         }
         SeResolution::DynamicDns => {
-            f.warning("spec.resolution", "DYNAMIC_DNS is served as DNS by Pilotfish");
+            f.warning(
+                "spec.resolution",
+                "DYNAMIC_DNS is served as DNS by Pilotfish",
+            );
         }
         _ => {}
     }
@@ -98,7 +128,10 @@ pub fn validate_service_entry(se: &ServiceEntry, ctx: &ValidationContext) -> Val
             Some(addr) => {
                 let is_ip = addr.parse::<std::net::IpAddr>().is_ok() || addr.starts_with("unix://");
                 if resolution == SeResolution::Static && !is_ip {
-                    f.error(format!("{path}.address"), format!("resolution STATIC needs IP addresses (got {addr:?})"));
+                    f.error(
+                        format!("{path}.address"),
+                        format!("resolution STATIC needs IP addresses (got {addr:?})"),
+                    );
                 } else if !is_ip && let Err(r) = check_host(addr, false) {
                     f.error(format!("{path}.address"), r);
                 }
@@ -106,7 +139,10 @@ pub fn validate_service_entry(se: &ServiceEntry, ctx: &ValidationContext) -> Val
         }
         for (name, number) in &ep.ports {
             if !names.contains(name) {
-                f.error(format!("{path}.ports[{name}]"), format!("{name:?} is not the name of a port of this ServiceEntry"));
+                f.error(
+                    format!("{path}.ports[{name}]"),
+                    format!("{name:?} is not the name of a port of this ServiceEntry"),
+                );
             }
             check_port(&mut f, &format!("{path}.ports[{name}]"), *number);
         }

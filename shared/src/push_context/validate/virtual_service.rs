@@ -6,8 +6,9 @@ use std::collections::BTreeSet;
 use super::common::*;
 use super::{Validated, ValidationContext};
 use crate::api::{
-    CorsPolicy, Destination, Headers, HttpFaultInjection, HttpMatchRequest, HttpRoute, HttpRouteDestination,
-    Oneofs, RouteDestination, StringMatch, VirtualService, VirtualServiceSpec,
+    CorsPolicy, Destination, Headers, HttpFaultInjection, HttpMatchRequest, HttpRoute,
+    HttpRouteDestination, Oneofs, RouteDestination, StringMatch, VirtualService,
+    VirtualServiceSpec,
 };
 use crate::config::{ConfigKey, ConfigKind};
 use crate::model::kube::namespace_of;
@@ -58,15 +59,27 @@ pub const GRPC_STATUS: [&str; 17] = [
     "UNAUTHENTICATED",
 ];
 
-const HTTP_METHODS: [&str; 9] = ["GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"];
+const HTTP_METHODS: [&str; 9] = [
+    "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+];
 
 /// Validates one VirtualService and returns its spec with every host resolved to an FQDN.
-pub fn validate_virtual_service(vs: &VirtualService, ctx: &ValidationContext) -> Validated<VirtualServiceSpec> {
+pub fn validate_virtual_service(
+    vs: &VirtualService,
+    ctx: &ValidationContext,
+) -> Validated<VirtualServiceSpec> {
     let namespace = namespace_of(&vs.metadata);
-    let key = ConfigKey::new(ConfigKind::VirtualService, &namespace, vs.metadata.name.clone().unwrap_or_default());
+    let key = ConfigKey::new(
+        ConfigKind::VirtualService,
+        &namespace,
+        vs.metadata.name.clone().unwrap_or_default(),
+    );
     let mut f = Findings::new(&key);
     let mut spec = vs.spec.clone();
-    let v = VsValidator { ctx, namespace: &namespace };
+    let v = VsValidator {
+        ctx,
+        namespace: &namespace,
+    };
 
     let mesh_bound = spec.gateways.is_empty() || spec.gateways.iter().any(|g| g == "mesh");
     for (i, host) in spec.hosts.iter_mut().enumerate() {
@@ -76,32 +89,52 @@ pub fn validate_virtual_service(vs: &VirtualService, ctx: &ValidationContext) ->
             continue;
         }
         if host == "*" && mesh_bound {
-            f.error(&path, "wildcard host `*` is not allowed for VirtualServices bound to the mesh");
+            f.error(
+                &path,
+                "wildcard host `*` is not allowed for VirtualServices bound to the mesh",
+            );
         }
         *host = resolve_short_name(host, &namespace, ctx.cluster_domain);
     }
     let mut seen = BTreeSet::new();
     for (i, host) in spec.hosts.iter().enumerate() {
         if !seen.insert(host.clone()) {
-            f.error(format!("spec.hosts[{i}]"), format!("duplicate host {host:?}"));
+            f.error(
+                format!("spec.hosts[{i}]"),
+                format!("duplicate host {host:?}"),
+            );
         }
     }
     for (i, g) in spec.gateways.iter().enumerate() {
         let name = g.rsplit('/').next().unwrap_or(g);
         if g != "mesh" && check_host(name, false).is_err() {
-            f.error(format!("spec.gateways[{i}]"), format!("{g:?} is not a valid gateway name (`mesh` or `[namespace/]name`)"));
+            f.error(
+                format!("spec.gateways[{i}]"),
+                format!("{g:?} is not a valid gateway name (`mesh` or `[namespace/]name`)"),
+            );
         }
     }
     check_export_to(&mut f, "spec.exportTo", &spec.export_to);
     if spec.hosts.is_empty() && spec.http.iter().any(|r| r.delegate.is_some()) {
-        f.error("spec.http", "a delegate VirtualService (no hosts) cannot delegate again");
+        f.error(
+            "spec.http",
+            "a delegate VirtualService (no hosts) cannot delegate again",
+        );
     }
     if spec.http.is_empty() && spec.tcp.is_empty() && spec.tls.is_empty() {
-        f.error("spec", "a VirtualService needs at least one http, tcp or tls route");
+        f.error(
+            "spec",
+            "a VirtualService needs at least one http, tcp or tls route",
+        );
     }
 
     for (i, route) in spec.http.iter_mut().enumerate() {
-        v.http_route(&mut f, &format!("spec.http[{i}]"), route, spec.hosts.is_empty());
+        v.http_route(
+            &mut f,
+            &format!("spec.http[{i}]"),
+            route,
+            spec.hosts.is_empty(),
+        );
     }
     v.unreachable_routes(&mut f, &spec.http);
     for (i, route) in spec.tcp.iter_mut().enumerate() {
@@ -128,18 +161,28 @@ pub fn validate_virtual_service(vs: &VirtualService, ctx: &ValidationContext) ->
     for (i, route) in spec.tls.iter_mut().enumerate() {
         let path = format!("spec.tls[{i}]");
         if route.r#match.is_empty() {
-            f.error(format!("{path}.match"), "a TLS route needs at least one match");
+            f.error(
+                format!("{path}.match"),
+                "a TLS route needs at least one match",
+            );
         }
         for (j, m) in route.r#match.iter().enumerate() {
             let mp = format!("{path}.match[{j}]");
             if m.sni_hosts.is_empty() {
-                f.error(format!("{mp}.sniHosts"), "a TLS match needs at least one SNI host");
+                f.error(
+                    format!("{mp}.sniHosts"),
+                    "a TLS match needs at least one SNI host",
+                );
             }
             for (k, sni) in m.sni_hosts.iter().enumerate() {
                 let resolved = resolve_short_name(sni, &namespace, ctx.cluster_domain);
                 if let Err(r) = check_host(sni, true) {
                     f.error(format!("{mp}.sniHosts[{k}]"), r);
-                } else if !spec.hosts.iter().any(|h| crate::push_context::hosts::host_matches(h, &resolved)) {
+                } else if !spec
+                    .hosts
+                    .iter()
+                    .any(|h| crate::push_context::hosts::host_matches(h, &resolved))
+                {
                     f.error(
                         format!("{mp}.sniHosts[{k}]"),
                         format!("SNI host {sni:?} is not one of the VirtualService's hosts"),
@@ -168,11 +211,21 @@ impl VsValidator<'_> {
             ("directResponse", route.direct_response.is_some()),
             ("delegate", route.delegate.is_some()),
         ];
-        let set: Vec<_> = actions.iter().filter(|(_, s)| *s).map(|(n, _)| *n).collect();
+        let set: Vec<_> = actions
+            .iter()
+            .filter(|(_, s)| *s)
+            .map(|(n, _)| *n)
+            .collect();
         match set.len() {
-            0 => f.error(path, "an HTTP route needs one of route, redirect, directResponse or delegate"),
+            0 => f.error(
+                path,
+                "an HTTP route needs one of route, redirect, directResponse or delegate",
+            ),
             1 => {}
-            _ => f.error(path, format!("an HTTP route may set only one of {}", set.join(", "))),
+            _ => f.error(
+                path,
+                format!("an HTTP route may set only one of {}", set.join(", ")),
+            ),
         }
         for (i, m) in route.r#match.iter().enumerate() {
             self.http_match(f, &format!("{path}.match[{i}]"), m);
@@ -186,26 +239,46 @@ impl VsValidator<'_> {
             if let Some(code) = r.redirect_code
                 && ![301, 302, 303, 307, 308].contains(&code)
             {
-                f.error(format!("{rp}.redirectCode"), format!("must be 301, 302, 303, 307 or 308 (got {code})"));
+                f.error(
+                    format!("{rp}.redirectCode"),
+                    format!("must be 301, 302, 303, 307 or 308 (got {code})"),
+                );
             }
             if let Some(p) = r.port {
                 check_port(f, &format!("{rp}.port"), p);
             }
-            if r.uri.is_none() && r.authority.is_none() && r.port.is_none() && r.derive_port.is_none() && r.scheme.is_none() {
-                f.error(&rp, "a redirect must change at least one of uri, authority, port or scheme");
+            if r.uri.is_none()
+                && r.authority.is_none()
+                && r.port.is_none()
+                && r.derive_port.is_none()
+                && r.scheme.is_none()
+            {
+                f.error(
+                    &rp,
+                    "a redirect must change at least one of uri, authority, port or scheme",
+                );
             }
             if route.rewrite.is_some() {
-                f.error(format!("{path}.rewrite"), "rewrite cannot be combined with redirect");
+                f.error(
+                    format!("{path}.rewrite"),
+                    "rewrite cannot be combined with redirect",
+                );
             }
         }
         if let Some(d) = &route.direct_response {
             let dp = format!("{path}.directResponse");
             if !(200..=599).contains(&d.status) {
-                f.error(format!("{dp}.status"), format!("must be between 200 and 599 (got {})", d.status));
+                f.error(
+                    format!("{dp}.status"),
+                    format!("must be between 200 and 599 (got {})", d.status),
+                );
             }
             if let Some(body) = &d.body {
                 for g in body.conflicting_oneofs() {
-                    f.error(format!("{dp}.body"), format!("only one of {} may be set", g.set.join(", ")));
+                    f.error(
+                        format!("{dp}.body"),
+                        format!("only one of {} may be set", g.set.join(", ")),
+                    );
                 }
             }
         }
@@ -228,7 +301,10 @@ impl VsValidator<'_> {
             }
             if let Some(rr) = &rw.uri_regex_rewrite {
                 match rr.r#match.as_deref() {
-                    None | Some("") => f.error(format!("{rp}.uriRegexRewrite.match"), "regex to match is required"),
+                    None | Some("") => f.error(
+                        format!("{rp}.uriRegexRewrite.match"),
+                        "regex to match is required",
+                    ),
                     Some(re) => {
                         if let Err(e) = check_re2(re) {
                             f.error(format!("{rp}.uriRegexRewrite.match"), e);
@@ -236,7 +312,10 @@ impl VsValidator<'_> {
                     }
                 }
                 if rr.rewrite.is_none() {
-                    f.error(format!("{rp}.uriRegexRewrite.rewrite"), "rewrite is required");
+                    f.error(
+                        format!("{rp}.uriRegexRewrite.rewrite"),
+                        "rewrite is required",
+                    );
                 }
             }
         }
@@ -256,9 +335,13 @@ impl VsValidator<'_> {
             }
             if let Some(on) = &r.retry_on {
                 for cond in on.split(',').map(str::trim) {
-                    let is_code = cond.len() == 3 && cond.parse::<u16>().is_ok_and(|c| (100..=599).contains(&c));
+                    let is_code = cond.len() == 3
+                        && cond.parse::<u16>().is_ok_and(|c| (100..=599).contains(&c));
                     if !is_code && !RETRY_ON.contains(&cond) {
-                        f.error(format!("{rp}.retryOn"), format!("{cond:?} is not a retry condition Envoy knows"));
+                        f.error(
+                            format!("{rp}.retryOn"),
+                            format!("{cond:?} is not a retry condition Envoy knows"),
+                        );
                     }
                 }
             }
@@ -267,7 +350,10 @@ impl VsValidator<'_> {
             self.fault(f, &format!("{path}.fault"), fault);
         }
         if route.mirror.is_some() && !route.mirrors.is_empty() {
-            f.error(format!("{path}.mirrors"), "mirror and mirrors cannot both be set");
+            f.error(
+                format!("{path}.mirrors"),
+                "mirror and mirrors cannot both be set",
+            );
         }
         if let Some(m) = &mut route.mirror {
             self.destination(f, &format!("{path}.mirror"), m);
@@ -294,18 +380,29 @@ impl VsValidator<'_> {
     }
 
     fn http_match(&self, f: &mut Findings, path: &str, m: &HttpMatchRequest) {
-        for (field, sm) in [("uri", &m.uri), ("scheme", &m.scheme), ("method", &m.method), ("authority", &m.authority)] {
+        for (field, sm) in [
+            ("uri", &m.uri),
+            ("scheme", &m.scheme),
+            ("method", &m.method),
+            ("authority", &m.authority),
+        ] {
             if let Some(sm) = sm {
                 check_string_match(f, &format!("{path}.{field}"), sm);
                 if matches!(sm, StringMatch::Any) {
-                    f.error(format!("{path}.{field}"), "set one of exact, prefix or regex");
+                    f.error(
+                        format!("{path}.{field}"),
+                        "set one of exact, prefix or regex",
+                    );
                 }
             }
         }
         if let Some(StringMatch::Exact(method)) = &m.method
             && !HTTP_METHODS.contains(&method.as_str())
         {
-            f.warning(format!("{path}.method.exact"), format!("{method:?} is not a standard HTTP method"));
+            f.warning(
+                format!("{path}.method.exact"),
+                format!("{method:?} is not a standard HTTP method"),
+            );
         }
         check_string_match_map(f, &format!("{path}.headers"), &m.headers);
         check_string_match_map(f, &format!("{path}.withoutHeaders"), &m.without_headers);
@@ -340,7 +437,10 @@ impl VsValidator<'_> {
             }
             match (&d.fixed_delay, &d.exponential_delay) {
                 (Some(t), _) => check_duration_min_ms(f, &format!("{dp}.fixedDelay"), t),
-                (None, Some(_)) => f.error(format!("{dp}.exponentialDelay"), "exponentialDelay is not supported by Istio"),
+                (None, Some(_)) => f.error(
+                    format!("{dp}.exponentialDelay"),
+                    "exponentialDelay is not supported by Istio",
+                ),
                 (None, None) => f.error(&dp, "a delay needs fixedDelay"),
             }
             if let Some(p) = &d.percentage {
@@ -356,15 +456,18 @@ impl VsValidator<'_> {
                 f.error(&ap, format!("only one of {} may be set", g.set.join(", ")));
             }
             match (a.http_status, &a.grpc_status, &a.http2_error) {
-                (Some(s), _, _) if !(200..=599).contains(&s) => {
-                    f.error(format!("{ap}.httpStatus"), format!("must be between 200 and 599 (got {s})"))
-                }
-                (None, Some(g), _) if !GRPC_STATUS.contains(&g.as_str()) => {
-                    f.error(format!("{ap}.grpcStatus"), format!("{g:?} is not a gRPC status name (like UNAVAILABLE)"))
-                }
-                (None, None, Some(_)) => {
-                    f.error(format!("{ap}.http2Error"), "http2Error aborts are not supported by Istio")
-                }
+                (Some(s), _, _) if !(200..=599).contains(&s) => f.error(
+                    format!("{ap}.httpStatus"),
+                    format!("must be between 200 and 599 (got {s})"),
+                ),
+                (None, Some(g), _) if !GRPC_STATUS.contains(&g.as_str()) => f.error(
+                    format!("{ap}.grpcStatus"),
+                    format!("{g:?} is not a gRPC status name (like UNAVAILABLE)"),
+                ),
+                (None, None, Some(_)) => f.error(
+                    format!("{ap}.http2Error"),
+                    "http2Error aborts are not supported by Istio",
+                ),
                 (None, None, None) => f.error(&ap, "an abort needs httpStatus or grpcStatus"),
                 _ => {}
             }
@@ -374,7 +477,12 @@ impl VsValidator<'_> {
         }
     }
 
-    fn http_route_destinations(&self, f: &mut Findings, path: &str, routes: &mut [HttpRouteDestination]) {
+    fn http_route_destinations(
+        &self,
+        f: &mut Findings,
+        path: &str,
+        routes: &mut [HttpRouteDestination],
+    ) {
         let weights: Vec<Option<i32>> = routes.iter().map(|r| r.weight).collect();
         check_weights(f, path, &weights);
         for (i, r) in routes.iter_mut().enumerate() {
@@ -388,12 +496,19 @@ impl VsValidator<'_> {
 
     fn route_destinations(&self, f: &mut Findings, path: &str, routes: &mut [RouteDestination]) {
         if routes.is_empty() {
-            f.error(format!("{path}.route"), "at least one destination is required");
+            f.error(
+                format!("{path}.route"),
+                "at least one destination is required",
+            );
         }
         let weights: Vec<Option<i32>> = routes.iter().map(|r| r.weight).collect();
         check_weights(f, path, &weights);
         for (i, r) in routes.iter_mut().enumerate() {
-            self.destination(f, &format!("{path}.route[{i}].destination"), &mut r.destination);
+            self.destination(
+                f,
+                &format!("{path}.route[{i}].destination"),
+                &mut r.destination,
+            );
         }
     }
 
@@ -409,9 +524,17 @@ impl VsValidator<'_> {
             check_port(f, &format!("{path}.port.number"), p.number);
         }
         if let Some(known) = self.ctx.known_hosts
-            && !known.iter().any(|h| crate::push_context::hosts::host_matches(h, &d.host))
+            && !known
+                .iter()
+                .any(|h| crate::push_context::hosts::host_matches(h, &d.host))
         {
-            f.warning(format!("{path}.host"), format!("host {:?} is not a known service or ServiceEntry host", d.host));
+            f.warning(
+                format!("{path}.host"),
+                format!(
+                    "host {:?} is not a known service or ServiceEntry host",
+                    d.host
+                ),
+            );
         }
         if let Some(subset) = d.subset.as_deref() {
             if let Err(r) = check_dns1123_label(subset) {
@@ -419,7 +542,10 @@ impl VsValidator<'_> {
             } else if !self.ctx.subsets.defines(&d.host, self.namespace, subset) {
                 f.error(
                     format!("{path}.subset"),
-                    format!("subset {subset:?} is not defined by any DestinationRule for host {:?}", d.host),
+                    format!(
+                        "subset {subset:?} is not defined by any DestinationRule for host {:?}",
+                        d.host
+                    ),
                 );
             }
         }
@@ -472,11 +598,17 @@ fn check_weights(f: &mut Findings, path: &str, weights: &[Option<i32>]) {
         if let Some(w) = w
             && *w < 0
         {
-            f.error(format!("{path}.route[{i}].weight"), format!("weight must not be negative (got {w})"));
+            f.error(
+                format!("{path}.route[{i}].weight"),
+                format!("weight must not be negative (got {w})"),
+            );
         }
     }
     if weights.len() > 1 && weights.iter().all(|w| w.unwrap_or(0) == 0) {
-        f.error(format!("{path}.route"), "with several destinations, at least one weight must be positive");
+        f.error(
+            format!("{path}.route"),
+            "with several destinations, at least one weight must be positive",
+        );
     }
 }
 
@@ -486,10 +618,16 @@ fn cors(f: &mut Findings, path: &str, c: &CorsPolicy) {
     }
     for (i, m) in c.allow_methods.iter().enumerate() {
         if m != "*" && !HTTP_METHODS.contains(&m.as_str()) {
-            f.error(format!("{path}.allowMethods[{i}]"), format!("{m:?} is not an HTTP method"));
+            f.error(
+                format!("{path}.allowMethods[{i}]"),
+                format!("{m:?} is not an HTTP method"),
+            );
         }
     }
-    for (field, list) in [("allowHeaders", &c.allow_headers), ("exposeHeaders", &c.expose_headers)] {
+    for (field, list) in [
+        ("allowHeaders", &c.allow_headers),
+        ("exposeHeaders", &c.expose_headers),
+    ] {
         for (i, h) in list.iter().enumerate() {
             if h != "*"
                 && let Err(r) = check_header_name(h)
@@ -501,7 +639,10 @@ fn cors(f: &mut Findings, path: &str, c: &CorsPolicy) {
     if let Some(age) = &c.max_age
         && age.as_std().subsec_nanos() != 0
     {
-        f.error(format!("{path}.maxAge"), format!("maxAge must be a whole number of seconds (got {age})"));
+        f.error(
+            format!("{path}.maxAge"),
+            format!("maxAge must be a whole number of seconds (got {age})"),
+        );
     }
 }
 
@@ -517,7 +658,10 @@ fn headers(f: &mut Findings, path: &str, h: &Headers) {
                 if let Err(r) = check_header_name(name) {
                     f.error(format!("{path}.{side}.{field}[{name}]"), r);
                 } else if side == "request" && name.eq_ignore_ascii_case("host") {
-                    f.error(format!("{path}.{side}.{field}[{name}]"), "use rewrite.authority to change the Host header");
+                    f.error(
+                        format!("{path}.{side}.{field}[{name}]"),
+                        "use rewrite.authority to change the Host header",
+                    );
                 }
             }
         }
@@ -534,7 +678,11 @@ mod tests {
     }
 
     fn check(yaml: &str) -> Validated<VirtualServiceSpec> {
-        let subsets = SubsetIndex::from_pairs([("reviews.default.svc.cluster.local", "default", &["v1", "v2"][..])]);
+        let subsets = SubsetIndex::from_pairs([(
+            "reviews.default.svc.cluster.local",
+            "default",
+            &["v1", "v2"][..],
+        )]);
         let ctx = ValidationContext {
             cluster_domain: "cluster.local",
             subsets: &subsets,
@@ -553,7 +701,10 @@ mod tests {
         assert!(out.findings.is_empty(), "{:?}", out.findings);
         let spec = out.spec.unwrap();
         assert_eq!(spec.hosts, vec!["reviews.default.svc.cluster.local"]);
-        assert_eq!(spec.http[0].route[1].destination.host, "reviews.default.svc.cluster.local");
+        assert_eq!(
+            spec.http[0].route[1].destination.host,
+            "reviews.default.svc.cluster.local"
+        );
     }
 
     #[test]
@@ -563,8 +714,14 @@ mod tests {
         ));
         assert!(out.spec.is_none());
         let paths: Vec<_> = out.findings.iter().map(|e| e.path.as_str()).collect();
-        assert!(paths.contains(&"spec.http[0].match[0].uri.regex"), "{paths:?}");
+        assert!(
+            paths.contains(&"spec.http[0].match[0].uri.regex"),
+            "{paths:?}"
+        );
         assert!(paths.contains(&"spec.http[0].route[0].weight"), "{paths:?}");
-        assert!(paths.contains(&"spec.http[0].route[0].destination.subset"), "{paths:?}");
+        assert!(
+            paths.contains(&"spec.http[0].route[0].destination.subset"),
+            "{paths:?}"
+        );
     }
 }

@@ -1,0 +1,3 @@
+//! The integration tests of `pilotfish-controller` (one test binary; each module is one area).
+
+mod validate_command;
