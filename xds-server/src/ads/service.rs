@@ -18,7 +18,7 @@ use pilotfish_shared::model::Proxy;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, warn};
 
 use super::delta::DeltaStream;
 use super::resource::{SnapshotReceiver, XdsSnapshot};
@@ -337,7 +337,7 @@ async fn run_stream<M: Machine>(
     proxy: Arc<Proxy>,
     peer: Option<SocketAddr>,
     first: M::Request,
-    mut inbound: Streaming<M::Request>,
+    inbound: Streaming<M::Request>,
     tx: mpsc::Sender<Result<M::Response, Status>>,
     make: impl FnOnce(Arc<Proxy>, Arc<dyn XdsSnapshot>) -> M + Send + 'static,
 ) {
@@ -357,7 +357,7 @@ async fn run_stream<M: Machine>(
             }
         }
     };
-    let mut machine = make(proxy.clone(), stamped.snapshot);
+    let machine = make(proxy.clone(), stamped.snapshot);
     let handle = shared.registry.register(StreamStatus {
         stream_id: 0,
         proxy_id: proxy.id.clone(),
@@ -372,59 +372,90 @@ async fn run_stream<M: Machine>(
         unknown_type_urls: Vec::new(),
     });
     let span = tracing::info_span!("ads", stream = handle.id(), proxy = %proxy.id);
-    let _entered = span.enter();
-    debug!(peer = ?peer, mode = ?M::MODE, "ADS stream opened");
-    let mut outbox = Outbox {
-        pending: VecDeque::new(),
-        converging: None,
+    let stream = StreamIo {
+        shared: &shared,
+        snapshots,
+        shutdown,
+        inbound,
+        tx,
+        handle,
     };
-    let out = machine.on_request(&first, SystemTime::now());
-    absorb::<M>(out, &mut outbox, None);
-    publish_status(&handle, &machine);
-    let mut publisher_alive = true;
-    loop {
-        if outbox.pending.is_empty()
-            && let Some(arrived) = outbox.converging.take()
-        {
-            metrics::PROXY_CONVERGENCE_TIME.observe(arrived.elapsed().as_secs_f64());
-        }
-        tokio::select! {
-            biased;
-            _ = closing(&mut shutdown) => {
-                let _ = tx.try_send(Err(Status::unavailable("this xDS replica is shutting down")));
-                break;
+    stream.serve(machine, first, peer).instrument(span).await;
+}
+
+/// The I/O side of one registered stream.
+struct StreamIo<'a, M: Machine> {
+    shared: &'a Shared,
+    snapshots: watch::Receiver<Option<Stamped>>,
+    shutdown: watch::Receiver<bool>,
+    inbound: Streaming<M::Request>,
+    tx: mpsc::Sender<Result<M::Response, Status>>,
+    handle: StreamHandle,
+}
+
+impl<M: Machine> StreamIo<'_, M> {
+    async fn serve(self, mut machine: M, first: M::Request, peer: Option<SocketAddr>) {
+        let StreamIo {
+            shared,
+            mut snapshots,
+            mut shutdown,
+            mut inbound,
+            tx,
+            handle,
+        } = self;
+        debug!(peer = ?peer, mode = ?M::MODE, "ADS stream opened");
+        let mut outbox = Outbox {
+            pending: VecDeque::new(),
+            converging: None,
+        };
+        let out = machine.on_request(&first, SystemTime::now());
+        absorb::<M>(out, &mut outbox, None);
+        publish_status(&handle, &machine);
+        let mut publisher_alive = true;
+        loop {
+            if outbox.pending.is_empty()
+                && let Some(arrived) = outbox.converging.take()
+            {
+                metrics::PROXY_CONVERGENCE_TIME.observe(arrived.elapsed().as_secs_f64());
             }
-            permit = tx.reserve(), if !outbox.pending.is_empty() => {
-                let Ok(permit) = permit else { break };
-                if let Some(response) = outbox.pending.pop_front() {
-                    permit.send(Ok(response));
-                }
-            }
-            message = inbound.message() => match message {
-                Ok(Some(request)) => {
-                    let out = machine.on_request(&request, SystemTime::now());
-                    absorb::<M>(out, &mut outbox, None);
-                    publish_status(&handle, &machine);
-                }
-                Ok(None) => break,
-                Err(status) => {
-                    debug!(%status, "ADS stream ended by the client");
+            tokio::select! {
+                biased;
+                _ = closing(&mut shutdown) => {
+                    let _ = tx.try_send(Err(Status::unavailable("this xDS replica is shutting down")));
                     break;
                 }
-            },
-            // A stream still sending an older push does not look at snapshots; when it is
-            // done it reads only the newest one.
-            changed = snapshots.changed(), if outbox.pending.is_empty() && publisher_alive => {
-                if changed.is_err() {
-                    publisher_alive = false;
-                    continue;
+                permit = tx.reserve(), if !outbox.pending.is_empty() => {
+                    let Ok(permit) = permit else { break };
+                    if let Some(response) = outbox.pending.pop_front() {
+                        permit.send(Ok(response));
+                    }
                 }
-                push(&shared, &mut snapshots, &mut machine, &mut outbox).await;
-                publish_status(&handle, &machine);
+                message = inbound.message() => match message {
+                    Ok(Some(request)) => {
+                        let out = machine.on_request(&request, SystemTime::now());
+                        absorb::<M>(out, &mut outbox, None);
+                        publish_status(&handle, &machine);
+                    }
+                    Ok(None) => break,
+                    Err(status) => {
+                        debug!(%status, "ADS stream ended by the client");
+                        break;
+                    }
+                },
+                // A stream still sending an older push does not look at snapshots; when it is
+                // done it reads only the newest one.
+                changed = snapshots.changed(), if outbox.pending.is_empty() && publisher_alive => {
+                    if changed.is_err() {
+                        publisher_alive = false;
+                        continue;
+                    }
+                    push(shared, &mut snapshots, &mut machine, &mut outbox).await;
+                    publish_status(&handle, &machine);
+                }
             }
         }
+        debug!("ADS stream closed");
     }
-    debug!("ADS stream closed");
 }
 
 /// Completes when the server starts closing streams.

@@ -121,6 +121,10 @@ impl SotwStream {
                         detail: error.message.clone(),
                     });
                 }
+                // An ACK reports the version it applied. The latest nonce with another
+                // version is a later request of a client that rejected that response
+                // (e.g. a name change after a NACK), not an ACK of it.
+                None if request.version_info != sent.version => {}
                 None => {
                     state.record.last_ack = Some(AckStatus {
                         version: sent.version.clone(),
@@ -386,7 +390,9 @@ mod tests {
             .responses
             .remove(0);
         assert_eq!(names(&first), ["c1", "c2"]);
-        let out = s.on_request(&req(CLUSTER_TYPE, &[], &first.nonce), T0);
+        let mut ack = req(CLUSTER_TYPE, &[], &first.nonce);
+        ack.version_info = first.version_info.clone();
+        let out = s.on_request(&ack, T0);
         assert!(out.responses.is_empty());
         assert_eq!(
             out.events,
@@ -427,6 +433,39 @@ mod tests {
         // New content is sent.
         let out = s.on_snapshot(base().with(CLUSTER_TYPE, "c1", b"c1'").next(3).shared(), T0);
         assert_eq!(names(&out.responses[0]), ["c1'", "c2"]);
+    }
+
+    #[test]
+    fn a_request_after_a_nack_is_not_taken_for_an_ack() {
+        let mut s = stream(base());
+        let good = s
+            .on_request(&req(ENDPOINT_TYPE, &["c1"], ""), T0)
+            .responses
+            .remove(0);
+        let mut ack = req(ENDPOINT_TYPE, &["c1"], &good.nonce);
+        ack.version_info = good.version_info.clone();
+        s.on_request(&ack, T0);
+        let bad = s
+            .on_snapshot(
+                base().with(ENDPOINT_TYPE, "c1", b"bad").next(2).shared(),
+                T0,
+            )
+            .responses
+            .remove(0);
+        let mut rejected = nack(ENDPOINT_TYPE, &["c1"], &bad.nonce);
+        rejected.version_info = good.version_info.clone();
+        s.on_request(&rejected, T0);
+        // The client now adds a name, still reporting its last good version.
+        let mut more = req(ENDPOINT_TYPE, &["c1", "c2"], &bad.nonce);
+        more.version_info = good.version_info.clone();
+        let out = s.on_request(&more, T0);
+        assert!(out.events.is_empty(), "{:?}", out.events);
+        assert_eq!(names(&out.responses[0]), ["bad", "e2"]);
+        let (status, _) = s.status();
+        assert_eq!(
+            status[0].last_ack.as_ref().map(|a| a.version.as_str()),
+            Some(good.version_info.as_str())
+        );
     }
 
     #[test]
