@@ -221,7 +221,7 @@ impl DeltaStream {
             .types
             .iter()
             .filter(|(_, s)| s.record.requested)
-            .map(|(t, s)| s.record.status(*t, &s.holds))
+            .map(|(t, s)| s.record.status(*t, s.holds.len()))
             .collect();
         (types, self.unknown_types.iter().cloned().collect())
     }
@@ -309,12 +309,9 @@ impl DeltaStream {
             version: system_version,
             nonce,
             at: now,
-            resources: diff
-                .resources
-                .iter()
-                .map(|r| (r.name.clone(), r.version.clone()))
-                .collect(),
-            removed: diff.removed,
+            resources: Arc::default(),
+            resource_count: diff.resources.len(),
+            removed_count: diff.removed.len(),
         });
         response
     }

@@ -33,7 +33,7 @@ use crate::registry::{AckStatus, NackStatus, TypeStatus};
 #[derive(Debug, Default)]
 struct SotwType {
     record: TypeRecord,
-    holds: BTreeMap<String, String>,
+    holds: Arc<BTreeMap<String, String>>,
 }
 
 /// The content of one response: resources deduplicated by name, in name order.
@@ -208,7 +208,7 @@ impl SotwStream {
             .types
             .iter()
             .filter(|(_, s)| s.record.requested)
-            .map(|(t, s)| s.record.status(*t, &s.holds))
+            .map(|(t, s)| s.record.status(*t, s.holds.len()))
             .collect();
         (types, self.unknown_types.iter().cloned().collect())
     }
@@ -302,8 +302,9 @@ impl SotwStream {
             version: content.version,
             nonce,
             at: now,
-            resources: content.versions,
-            removed: BTreeSet::new(),
+            resource_count: content.versions.len(),
+            resources: Arc::new(content.versions),
+            removed_count: 0,
         });
         response
     }

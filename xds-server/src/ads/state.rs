@@ -4,6 +4,7 @@
 //! content hash that becomes a SotW `version_info`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
@@ -99,10 +100,13 @@ pub struct SentRecord {
     pub version: String,
     pub nonce: String,
     pub at: SystemTime,
-    /// Name → version of every resource in the response.
-    pub resources: BTreeMap<String, String>,
-    /// Names sent in `removed_resources` (delta only).
-    pub removed: BTreeSet<String>,
+    /// Name → version of every resource in the response (SotW only: delta needs just the
+    /// counts). Shared with what the client holds once it ACKs, so an idle SotW stream
+    /// keeps one copy of its view, not two.
+    pub resources: Arc<BTreeMap<String, String>>,
+    pub resource_count: usize,
+    /// How many names went in `removed_resources` (delta only).
+    pub removed_count: usize,
 }
 
 /// Per stream and per type: what was sent, ACKed and NACKed, and what is subscribed.
@@ -124,7 +128,7 @@ impl TypeRecord {
     }
 
     /// The status shown on the debug pages.
-    pub fn status(&self, xds_type: XdsType, holds: &BTreeMap<String, String>) -> TypeStatus {
+    pub fn status(&self, xds_type: XdsType, holds: usize) -> TypeStatus {
         TypeStatus {
             type_url: xds_type.type_url().to_string(),
             wildcard: self.subscription.wildcard,
@@ -133,12 +137,12 @@ impl TypeRecord {
                 version: s.version.clone(),
                 nonce: s.nonce.clone(),
                 at: s.at,
-                resources: s.resources.len(),
-                removed: s.removed.len(),
+                resources: s.resource_count,
+                removed: s.removed_count,
             }),
             last_ack: self.last_ack.clone(),
             last_nack: self.last_nack.clone(),
-            client_holds: holds.len(),
+            client_holds: holds,
         }
     }
 }
