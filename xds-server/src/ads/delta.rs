@@ -595,6 +595,14 @@ mod tests {
     }
 
     #[test]
+    fn never_the_same_name_twice_in_a_response() {
+        let snapshot = Arc::new(crate::ads::state::DuplicatingSnapshot);
+        let mut s = DeltaStream::new(Arc::new(Proxy::with_defaults("p")), "r", snapshot);
+        let r = one(s.on_request(&req(CLUSTER_TYPE, &["*"], &[], ""), T0));
+        assert_eq!(sent(&r), ["dup"]);
+    }
+
+    #[test]
     fn deleted_then_recreated_resource_is_sent_again() {
         let mut s = stream(base());
         one(s.on_request(&req(LISTENER_TYPE, &["*"], &[], ""), T0));

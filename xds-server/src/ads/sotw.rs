@@ -664,6 +664,17 @@ mod tests {
     }
 
     #[test]
+    fn never_the_same_name_twice_in_a_response() {
+        let snapshot = Arc::new(crate::ads::state::DuplicatingSnapshot);
+        let mut s = SotwStream::new(Arc::new(Proxy::with_defaults("p")), "r", snapshot);
+        let r = s
+            .on_request(&req(CLUSTER_TYPE, &[], ""), T0)
+            .responses
+            .remove(0);
+        assert_eq!(names(&r), ["one"]);
+    }
+
+    #[test]
     fn nonces_are_unique_on_a_stream() {
         let mut s = stream(base());
         let mut seen = BTreeSet::new();

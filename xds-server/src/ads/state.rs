@@ -213,6 +213,38 @@ impl NonceSource {
     }
 }
 
+/// A snapshot that answers every query with the same name twice (different content), to
+/// prove responses never carry a name twice.
+#[cfg(test)]
+pub(crate) struct DuplicatingSnapshot;
+
+#[cfg(test)]
+impl super::XdsSnapshot for DuplicatingSnapshot {
+    fn version(&self) -> u64 {
+        1
+    }
+    fn resources(
+        &self,
+        _proxy: &pilotfish_shared::model::Proxy,
+        type_url: &str,
+        _names: Option<&BTreeSet<String>>,
+    ) -> Vec<Arc<super::Resource>> {
+        [b"one", b"two"]
+            .iter()
+            .map(|payload| {
+                let body = prost_types::Any {
+                    type_url: type_url.to_string(),
+                    value: payload.to_vec(),
+                };
+                Arc::new(super::Resource::new("dup", body))
+            })
+            .collect()
+    }
+    fn change_since(&self, _previous: u64) -> super::ChangeKind {
+        super::ChangeKind::Full
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
