@@ -1,0 +1,107 @@
+//! [`MapSnapshot`]: an [`XdsSnapshot`] backed by plain maps, the same for every proxy.
+//! Used by the protocol tests and the load tool; the real snapshot comes from the
+//! generators.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use pilotfish_shared::model::Proxy;
+
+use super::resource::{ChangeKind, Resource, XdsSnapshot};
+
+/// Resources by type URL and name, plus what the publisher knows about the change from
+/// the previous snapshot.
+#[derive(Clone, Debug, Default)]
+pub struct MapSnapshot {
+    version: u64,
+    resources: BTreeMap<String, BTreeMap<String, Arc<Resource>>>,
+    /// `Some(v)`: this snapshot differs from version `v` in endpoints only.
+    endpoints_only_since: Option<u64>,
+}
+
+impl MapSnapshot {
+    pub fn new(version: u64) -> Self {
+        MapSnapshot {
+            version,
+            ..Default::default()
+        }
+    }
+
+    /// Adds (or replaces) a resource whose body is `payload` under `type_url`.
+    pub fn with(mut self, type_url: &str, name: &str, payload: &[u8]) -> Self {
+        self.insert(type_url, name, payload);
+        self
+    }
+
+    /// Adds (or replaces) a resource whose body is `payload` under `type_url`.
+    pub fn insert(&mut self, type_url: &str, name: &str, payload: &[u8]) {
+        let body = prost_types::Any {
+            type_url: type_url.to_string(),
+            value: payload.to_vec(),
+        };
+        self.resources
+            .entry(type_url.to_string())
+            .or_default()
+            .insert(name.to_string(), Arc::new(Resource::new(name, body)));
+    }
+
+    /// Removes a resource.
+    pub fn without(mut self, type_url: &str, name: &str) -> Self {
+        if let Some(by_name) = self.resources.get_mut(type_url) {
+            by_name.remove(name);
+        }
+        self
+    }
+
+    /// The same resources under a new version, with no change hint.
+    pub fn next(&self, version: u64) -> Self {
+        MapSnapshot {
+            version,
+            resources: self.resources.clone(),
+            endpoints_only_since: None,
+        }
+    }
+
+    /// Declares that this snapshot differs from `previous` in endpoints only.
+    pub fn endpoints_only_since(mut self, previous: u64) -> Self {
+        self.endpoints_only_since = Some(previous);
+        self
+    }
+
+    /// As the trait object the engine receives.
+    pub fn shared(self) -> Arc<dyn XdsSnapshot> {
+        Arc::new(self)
+    }
+}
+
+impl XdsSnapshot for MapSnapshot {
+    fn version(&self) -> u64 {
+        self.version
+    }
+
+    fn resources(
+        &self,
+        _proxy: &Proxy,
+        type_url: &str,
+        names: Option<&BTreeSet<String>>,
+    ) -> Vec<Arc<Resource>> {
+        let Some(by_name) = self.resources.get(type_url) else {
+            return Vec::new();
+        };
+        match names {
+            None => by_name.values().cloned().collect(),
+            Some(names) => names
+                .iter()
+                .filter_map(|n| by_name.get(n).cloned())
+                .collect(),
+        }
+    }
+
+    fn change_since(&self, previous: u64) -> ChangeKind {
+        if self.endpoints_only_since == Some(previous) {
+            ChangeKind::EndpointsOnly
+        } else {
+            ChangeKind::Full
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! Pilotfish's xDS tier as a library; the `pilotfish-xds` binary wires it to flags.
+//!
+//! - [`ads`]: the ADS protocol engine — per-stream SotW and delta state machines, the
+//!   tonic service and [`ads::serve`] — and its seam to the resource generators
+//!   ([`ads::XdsSnapshot`], [`ads::Resource`]).
+//! - [`node`]: Istio node id and metadata → [`pilotfish_shared::model::Proxy`].
+//! - [`registry`]: open streams and their per-type state, for `/debug/adsz` and `/debug/syncz`.
+//! - [`push`]: bounded push admission (full and endpoints-only pools).
+//! - [`metrics`]: the Prometheus metrics, under Istio's names.
+//!
+//! The generators (CDS/EDS/LDS/RDS from the mesh model) plug in by implementing
+//! [`ads::XdsSnapshot`]; they live in `gen/` and the engine does not depend on them.
+
+pub mod ads;
+pub mod metrics;
+pub mod node;
+pub mod push;
+pub mod registry;

@@ -1,0 +1,349 @@
+//! The connection registry: one entry per open ADS stream with what the admin pages
+//! (`/debug/adsz`, `/debug/syncz`) show — proxy id, peer, connect time, and per type URL
+//! the subscription, the last response sent, the last ACK and the last NACK.
+//!
+//! The registry is the single owner of this data; each stream loop replaces its own entry
+//! after every event ([`StreamHandle::update`]) and the entry disappears when the stream's
+//! handle is dropped, so a stream that ends for any reason never lingers here.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Serialize, Serializer};
+
+/// Serializes a time as RFC 3339 UTC with milliseconds, e.g. `2025-01-31T12:00:00.123Z`.
+fn rfc3339<S: Serializer>(at: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&format_rfc3339(*at))
+}
+
+/// RFC 3339 text of a time (UTC, millisecond precision); times before 1970 print as the epoch.
+pub fn format_rfc3339(at: SystemTime) -> String {
+    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3_600,
+        (rem % 3_600) / 60,
+        rem % 60,
+        since.subsec_millis()
+    )
+}
+
+/// The last response sent for one type on one stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SentStatus {
+    /// SotW `version_info`, or delta `system_version_info` (hash of what the client holds).
+    pub version: String,
+    pub nonce: String,
+    #[serde(serialize_with = "rfc3339")]
+    pub at: SystemTime,
+    pub resources: usize,
+    pub removed: usize,
+}
+
+/// The last ACK of one type on one stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AckStatus {
+    pub version: String,
+    pub nonce: String,
+    #[serde(serialize_with = "rfc3339")]
+    pub at: SystemTime,
+}
+
+/// The last NACK of one type on one stream: kept until the stream ends, so an operator
+/// sees why a proxy rejected its configuration even after later successes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct NackStatus {
+    /// The version the client reports it still runs (its last good one).
+    pub version: String,
+    pub nonce: String,
+    pub detail: String,
+    #[serde(serialize_with = "rfc3339")]
+    pub at: SystemTime,
+}
+
+/// One type URL on one stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TypeStatus {
+    pub type_url: String,
+    pub wildcard: bool,
+    /// Explicitly subscribed names (may include names that do not exist yet).
+    pub subscribed: Vec<String>,
+    pub last_sent: Option<SentStatus>,
+    pub last_ack: Option<AckStatus>,
+    pub last_nack: Option<NackStatus>,
+    /// How many resources of this type the client holds, as far as the server knows.
+    pub client_holds: usize,
+}
+
+impl TypeStatus {
+    /// Istio's sync states: `SYNCED` (latest response ACKed), `NACKED`, `STALE` (sent,
+    /// not answered yet) or `NOT_SENT`.
+    pub fn sync_state(&self) -> &'static str {
+        match &self.last_sent {
+            None => "NOT_SENT",
+            Some(sent)
+                if self
+                    .last_ack
+                    .as_ref()
+                    .is_some_and(|a| a.nonce == sent.nonce) =>
+            {
+                "SYNCED"
+            }
+            Some(sent)
+                if self
+                    .last_nack
+                    .as_ref()
+                    .is_some_and(|n| n.nonce == sent.nonce) =>
+            {
+                "NACKED"
+            }
+            Some(_) => "STALE",
+        }
+    }
+}
+
+/// The protocol flavour of a stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamMode {
+    Sotw,
+    Delta,
+}
+
+/// Everything the admin pages show about one ADS stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StreamStatus {
+    /// Registry id, unique on this replica.
+    pub stream_id: u64,
+    pub proxy_id: String,
+    pub namespace: String,
+    pub proxyless: bool,
+    pub istio_version: Option<String>,
+    pub peer: Option<String>,
+    pub mode: StreamMode,
+    #[serde(serialize_with = "rfc3339")]
+    pub connected_at: SystemTime,
+    /// Publisher version of the snapshot the stream's last responses were computed from.
+    pub snapshot_version: Option<u64>,
+    pub types: Vec<TypeStatus>,
+    /// Type URLs the client asked for that this server does not serve.
+    pub unknown_type_urls: Vec<String>,
+}
+
+/// One row of `/debug/syncz`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SyncStatus {
+    pub proxy_id: String,
+    pub stream_id: u64,
+    pub istio_version: Option<String>,
+    /// Short type name (`cds`, `eds`, `lds`, `rds`) → state.
+    pub types: BTreeMap<String, TypeSync>,
+}
+
+/// Sync state of one type on one stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TypeSync {
+    pub state: &'static str,
+    pub sent: Option<String>,
+    pub acked: Option<String>,
+}
+
+/// The open ADS streams of this replica. Cheap to clone (shared handle).
+#[derive(Clone, Debug, Default)]
+pub struct ConnectionRegistry {
+    streams: Arc<Mutex<BTreeMap<u64, StreamStatus>>>,
+    next_id: Arc<AtomicU64>,
+}
+
+impl ConnectionRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<u64, StreamStatus>> {
+        // A panic while holding the lock cannot leave the map half-updated (every
+        // update replaces one entry), so a poisoned lock is still safe to use.
+        self.streams.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds a stream; it is removed when the returned handle is dropped.
+    pub fn register(&self, mut status: StreamStatus) -> StreamHandle {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        status.stream_id = id;
+        self.lock().insert(id, status);
+        crate::metrics::XDS_CLIENTS.inc();
+        StreamHandle {
+            registry: self.clone(),
+            id,
+        }
+    }
+
+    /// Number of open streams.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every open stream, ordered by id.
+    pub fn streams(&self) -> Vec<StreamStatus> {
+        self.lock().values().cloned().collect()
+    }
+
+    /// Streams of one proxy id (a proxy may hold more than one, e.g. while reconnecting).
+    pub fn streams_of(&self, proxy_id: &str) -> Vec<StreamStatus> {
+        self.lock()
+            .values()
+            .filter(|s| s.proxy_id == proxy_id)
+            .cloned()
+            .collect()
+    }
+
+    /// The `/debug/adsz` document: `{"totalClients": n, "clients": [...]}`.
+    pub fn adsz(&self) -> serde_json::Value {
+        let streams = self.streams();
+        serde_json::json!({
+            "totalClients": streams.len(),
+            "clients": streams,
+        })
+    }
+
+    /// The `/debug/syncz` rows.
+    pub fn syncz(&self) -> Vec<SyncStatus> {
+        self.lock()
+            .values()
+            .map(|s| SyncStatus {
+                proxy_id: s.proxy_id.clone(),
+                stream_id: s.stream_id,
+                istio_version: s.istio_version.clone(),
+                types: s
+                    .types
+                    .iter()
+                    .map(|t| {
+                        let short = crate::ads::XdsType::from_type_url(&t.type_url)
+                            .map_or(t.type_url.clone(), |x| x.short_name().to_string());
+                        let sync = TypeSync {
+                            state: t.sync_state(),
+                            sent: t.last_sent.as_ref().map(|x| x.version.clone()),
+                            acked: t.last_ack.as_ref().map(|x| x.version.clone()),
+                        };
+                        (short, sync)
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+/// A stream's entry in the registry; dropping it removes the entry.
+#[derive(Debug)]
+pub struct StreamHandle {
+    registry: ConnectionRegistry,
+    id: u64,
+}
+
+impl StreamHandle {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Replaces the mutable parts of this stream's entry.
+    pub fn update(&self, snapshot_version: u64, types: Vec<TypeStatus>, unknown: Vec<String>) {
+        if let Some(entry) = self.registry.lock().get_mut(&self.id) {
+            entry.snapshot_version = Some(snapshot_version);
+            entry.types = types;
+            entry.unknown_type_urls = unknown;
+        }
+    }
+}
+
+impl Drop for StreamHandle {
+    fn drop(&mut self) {
+        self.registry.lock().remove(&self.id);
+        crate::metrics::XDS_CLIENTS.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn rfc3339_formats_known_instants() {
+        assert_eq!(format_rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let t = UNIX_EPOCH + Duration::from_millis(951_782_400_123); // leap day 2000
+        assert_eq!(format_rfc3339(t), "2000-02-29T00:00:00.123Z");
+        let t = UNIX_EPOCH + Duration::from_secs(1_767_225_599); // last second of 2025
+        assert_eq!(format_rfc3339(t), "2025-12-31T23:59:59.000Z");
+    }
+
+    fn status(proxy: &str) -> StreamStatus {
+        StreamStatus {
+            stream_id: 0,
+            proxy_id: proxy.into(),
+            namespace: "default".into(),
+            proxyless: false,
+            istio_version: None,
+            peer: None,
+            mode: StreamMode::Sotw,
+            connected_at: UNIX_EPOCH,
+            snapshot_version: None,
+            types: vec![],
+            unknown_type_urls: vec![],
+        }
+    }
+
+    #[test]
+    fn entries_live_as_long_as_their_handle() {
+        let registry = ConnectionRegistry::new();
+        let a = registry.register(status("a"));
+        let b = registry.register(status("b"));
+        assert_ne!(a.id(), b.id());
+        assert_eq!(registry.len(), 2);
+        let sent = TypeStatus {
+            type_url: crate::ads::CLUSTER_TYPE.into(),
+            wildcard: true,
+            subscribed: vec![],
+            last_sent: Some(SentStatus {
+                version: "v1".into(),
+                nonce: "1".into(),
+                at: UNIX_EPOCH,
+                resources: 1,
+                removed: 0,
+            }),
+            last_ack: None,
+            last_nack: None,
+            client_holds: 0,
+        };
+        a.update(7, vec![sent], vec!["type.googleapis.com/x".into()]);
+        let doc = registry.adsz();
+        assert_eq!(doc["totalClients"], 2);
+        assert_eq!(doc["clients"][0]["snapshot_version"], 7);
+        assert_eq!(
+            doc["clients"][0]["types"][0]["last_sent"]["at"],
+            "1970-01-01T00:00:00.000Z"
+        );
+        let sync = registry.syncz();
+        assert_eq!(sync[0].types["cds"].state, "STALE");
+        drop(a);
+        assert_eq!(registry.streams_of("a").len(), 0);
+        assert_eq!(registry.streams_of("b").len(), 1);
+    }
+}
