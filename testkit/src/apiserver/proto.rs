@@ -1,13 +1,16 @@
 //! Protobuf request bodies (`application/vnd.kubernetes.protobuf`): helm sends Secrets
-//! (its release records) and DeleteOptions this way and does not retry in JSON. The
-//! body is the `k8s\0` magic plus a `runtime.Unknown` envelope; we decode the two types
-//! with `k8s-pb` and continue in JSON like every other request.
+//! (its release records) and DeleteOptions this way, kubectl's imperative `create
+//! namespace|configmap|secret|serviceaccount` too, and neither retries in JSON. The body
+//! is the `k8s\0` magic plus a `runtime.Unknown` envelope; we decode those types with
+//! `k8s-pb`, convert them to their `k8s-openapi` twins and continue in JSON like every
+//! other request. Other kinds get a clear 415.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+use k8s_pb::api::core::v1 as pb_core;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as pb_meta;
 use prost::Message;
 use serde_json::{Value, json};
@@ -32,10 +35,67 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
     let raw = envelope.raw.unwrap_or_default();
     match kind.as_str() {
         "Secret" => {
-            let secret = k8s_pb::api::core::v1::Secret::decode(raw.as_slice())
-                .map_err(|e| undecodable("Secret", e))?;
-            serde_json::to_value(secret_from_pb(secret))
-                .map_err(|e| ApiError::internal(format!("re-encoding Secret: {e}")))
+            let secret =
+                pb_core::Secret::decode(raw.as_slice()).map_err(|e| undecodable("Secret", e))?;
+            to_json(secret_from_pb(secret))
+        }
+        "ConfigMap" => {
+            let map = pb_core::ConfigMap::decode(raw.as_slice())
+                .map_err(|e| undecodable("ConfigMap", e))?;
+            to_json(core::ConfigMap {
+                metadata: meta_of(map.metadata),
+                data: non_empty_map(map.data),
+                binary_data: non_empty_map(
+                    map.binary_data
+                        .into_iter()
+                        .map(|(k, v)| (k, ByteString(v)))
+                        .collect(),
+                ),
+                immutable: map.immutable,
+            })
+        }
+        "Namespace" => {
+            let namespace = pb_core::Namespace::decode(raw.as_slice())
+                .map_err(|e| undecodable("Namespace", e))?;
+            to_json(core::Namespace {
+                metadata: meta_of(namespace.metadata),
+                spec: namespace.spec.map(|spec| core::NamespaceSpec {
+                    finalizers: non_empty_vec(spec.finalizers),
+                }),
+                status: None,
+            })
+        }
+        "ServiceAccount" => {
+            let account = pb_core::ServiceAccount::decode(raw.as_slice())
+                .map_err(|e| undecodable("ServiceAccount", e))?;
+            to_json(core::ServiceAccount {
+                metadata: meta_of(account.metadata),
+                secrets: non_empty_vec(
+                    account
+                        .secrets
+                        .into_iter()
+                        .map(|r| core::ObjectReference {
+                            api_version: r.api_version,
+                            field_path: r.field_path,
+                            kind: r.kind,
+                            name: r.name,
+                            namespace: r.namespace,
+                            resource_version: r.resource_version,
+                            uid: r.uid,
+                        })
+                        .collect(),
+                ),
+                image_pull_secrets: non_empty_vec(
+                    account
+                        .image_pull_secrets
+                        .into_iter()
+                        .map(|r| core::LocalObjectReference {
+                            name: r.name.unwrap_or_default(),
+                        })
+                        .collect(),
+                ),
+                automount_service_account_token: account.automount_service_account_token,
+            })
         }
         "DeleteOptions" => {
             let options = pb_meta::DeleteOptions::decode(raw.as_slice())
@@ -43,9 +103,18 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
             Ok(delete_options_from_pb(options))
         }
         other => Err(ApiError::unsupported_media_type(format!(
-            "protobuf bodies are accepted for Secret and DeleteOptions only, not {other:?}; send JSON"
+            "protobuf bodies are accepted for ConfigMap, Namespace, Secret, ServiceAccount and DeleteOptions only, not {other:?}; send JSON (e.g. kubectl create -f)"
         ))),
     }
+}
+
+fn to_json(object: impl serde::Serialize) -> Result<Value, ApiError> {
+    serde_json::to_value(object)
+        .map_err(|e| ApiError::internal(format!("re-encoding a protobuf body as JSON: {e}")))
+}
+
+fn meta_of(metadata: Option<pb_meta::ObjectMeta>) -> meta::ObjectMeta {
+    metadata.map(object_meta_from_pb).unwrap_or_default()
 }
 
 fn non_empty_map<V>(map: BTreeMap<String, V>) -> Option<BTreeMap<String, V>> {
@@ -84,9 +153,9 @@ fn object_meta_from_pb(m: pb_meta::ObjectMeta) -> meta::ObjectMeta {
     }
 }
 
-fn secret_from_pb(s: k8s_pb::api::core::v1::Secret) -> core::Secret {
+fn secret_from_pb(s: pb_core::Secret) -> core::Secret {
     core::Secret {
-        metadata: s.metadata.map(object_meta_from_pb).unwrap_or_default(),
+        metadata: meta_of(s.metadata),
         data: non_empty_map(
             s.data
                 .into_iter()
@@ -148,7 +217,7 @@ mod tests {
 
     #[test]
     fn decodes_a_helm_release_secret() {
-        let secret = k8s_pb::api::core::v1::Secret {
+        let secret = pb_core::Secret {
             metadata: Some(pb_meta::ObjectMeta {
                 name: Some("sh.helm.release.v1.demo.v1".into()),
                 labels: [("owner".to_string(), "helm".to_string())].into(),
@@ -177,8 +246,18 @@ mod tests {
     }
 
     #[test]
-    fn refuses_other_kinds_and_bare_bodies() {
+    fn decodes_namespaces_and_refuses_unknown_kinds_and_bare_bodies() {
         assert_eq!(decode(&envelope("Pod", vec![])).unwrap_err().code, 415);
+        let namespace = pb_core::Namespace {
+            metadata: Some(pb_meta::ObjectMeta {
+                name: Some("team".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let json = decode(&envelope("Namespace", namespace.encode_to_vec())).unwrap();
+        assert_eq!(json["kind"], "Namespace");
+        assert_eq!(json["metadata"]["name"], "team");
         assert_eq!(decode(b"{}").unwrap_err().code, 400);
     }
 }
