@@ -324,7 +324,7 @@ impl Registry {
             }
         }
         for versions in groups.values_mut() {
-            versions.sort_by(|a, b| version_priority(a).cmp(&version_priority(b)));
+            versions.sort_by_key(|v| version_priority(v));
         }
         groups
     }

@@ -4,6 +4,10 @@
 //! `pattern`, and the value-only `allOf`/`anyOf`/`oneOf`/`not` branches), producing causes
 //! worded like the real server's. Also answers which list-merge strategy a field has.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use regex::Regex;
 use serde_json::{Map, Value};
 
 use super::error::Cause;
@@ -343,16 +347,16 @@ fn validate_value(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Ca
                 ));
             }
             if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
-                match regex::Regex::new(pattern) {
-                    Ok(re) if !re.is_match(s) => {
+                match pattern_matches(pattern, s) {
+                    Some(false) => {
                         causes.push(invalid(
                             path,
                             value,
                             format!("{path} in body should match '{pattern}'"),
                         ));
                     }
-                    Ok(_) => {}
-                    Err(_) => causes.push(invalid(
+                    Some(true) => {}
+                    None => causes.push(invalid(
                         path,
                         value,
                         format!("{path} has a schema pattern '{pattern}' that cannot be compiled"),
@@ -404,6 +408,20 @@ fn validate_value(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Ca
         }
         _ => {}
     }
+}
+
+/// Whether `text` matches `pattern` (`None`: the pattern does not compile). Compiled
+/// patterns are cached: a CRD's patterns are checked on every write of every object.
+fn pattern_matches(pattern: &str, text: &str) -> Option<bool> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Option<Regex>>>> = OnceLock::new();
+    let mut cache = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let compiled = cache
+        .entry(pattern.to_string())
+        .or_insert_with(|| Regex::new(pattern).ok());
+    compiled.as_ref().map(|re| re.is_match(text))
 }
 
 /// Duplicate entries in `set` and `map` lists are rejected, as upstream does.
@@ -683,6 +701,23 @@ mod tests {
             check(json!({"spec": {"hosts": ["a"], "routes": [{"name": "x"}, {"name": "x"}]}}));
         assert_eq!(checked.causes.len(), 1, "{:?}", checked.causes);
         assert_eq!(checked.causes[0].field, "spec.routes[1]");
+    }
+
+    #[test]
+    fn patterns_and_lengths() {
+        let schema = json!({"type": "string", "pattern": "^[a-z]+$", "maxLength": 5});
+        let mut causes = Vec::new();
+        validate(&schema, &json!("abc"), "spec.name", &mut causes);
+        assert!(causes.is_empty(), "{causes:?}");
+        validate(&schema, &json!("ABCDEFG"), "spec.name", &mut causes);
+        let rendered: Vec<String> = causes.iter().map(Cause::render).collect();
+        assert_eq!(
+            rendered,
+            vec![
+                "spec.name: Too long: may not be more than 5 bytes",
+                "spec.name: Invalid value: \"ABCDEFG\": spec.name in body should match '^[a-z]+$'",
+            ]
+        );
     }
 
     #[test]

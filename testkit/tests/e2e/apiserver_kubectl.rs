@@ -91,6 +91,38 @@ async fn server_side_apply_of_a_crd_then_custom_resources() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_side_apply_of_a_changed_custom_resource_merges_it() {
+    let cluster = Cluster::start().await;
+    install_widget_crd(&cluster).await;
+    let out = cluster
+        .kubectl_ok(&["apply", "-f", &fixture("widget-valid.yaml")])
+        .await;
+    assert!(out.contains("widget.example.com/sprocket created"), "{out}");
+    let original = std::fs::read_to_string(fixture("widget-valid.yaml")).unwrap();
+    let changed = original
+        .replace("replicas: 2", "replicas: 5")
+        .replace("  labels:\n    team: mesh\n", "");
+    assert_ne!(changed, original);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("widget.yaml");
+    std::fs::write(&path, changed).unwrap();
+    let out = cluster
+        .kubectl_ok(&["apply", "-f", path.to_str().unwrap()])
+        .await;
+    assert!(
+        out.contains("widget.example.com/sprocket configured"),
+        "{out}"
+    );
+    let widget = cluster.kubectl_json(&["get", "widget", "sprocket"]).await;
+    assert_eq!(widget["spec"]["replicas"], 5);
+    assert!(
+        widget["spec"].get("labels").is_none(),
+        "dropped field kept: {widget}"
+    );
+    assert_eq!(widget["metadata"]["generation"], 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_custom_resources_are_refused_with_the_field_named() {
     let cluster = Cluster::start().await;
     install_widget_crd(&cluster).await;
