@@ -14,6 +14,7 @@ use k8s_openapi::api::{
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
 use k8s_openapi::{ClusterResourceScope, ListableResource, NamespaceResourceScope};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -39,9 +40,10 @@ pub enum Conversion {
 /// What kind of type this is, and what that brings.
 #[derive(Debug, Clone)]
 pub enum Shape {
-    /// A compiled-in Kubernetes kind; `decodes` checks an object against its Rust type.
+    /// A compiled-in Kubernetes kind; `round_trip` decodes an object into its Rust type
+    /// and encodes it again, which checks types and drops every field the kind lacks.
     BuiltIn {
-        decodes: fn(&Value) -> Result<(), String>,
+        round_trip: fn(&Value) -> Result<Value, String>,
     },
     /// A kind added by the CRD `crd`; `schema` is the version's `openAPIV3Schema`.
     Custom {
@@ -110,8 +112,9 @@ impl ScopeInfo for ClusterResourceScope {
     const NAMESPACED: bool = false;
 }
 
-fn decodes_as<T: DeserializeOwned>(value: &Value) -> Result<(), String> {
-    T::deserialize(value).map(|_| ()).map_err(|e| e.to_string())
+fn round_trip_as<T: DeserializeOwned + Serialize>(value: &Value) -> Result<Value, String> {
+    let typed = T::deserialize(value).map_err(|e| e.to_string())?;
+    serde_json::to_value(typed).map_err(|e| e.to_string())
 }
 
 /// Per-kind facts that `k8s-openapi` does not carry.
@@ -149,7 +152,7 @@ const fn short(short_names: &'static [&'static str]) -> Extra {
 
 fn builtin<T>(extra: Extra) -> ResourceType
 where
-    T: ListableResource + DeserializeOwned,
+    T: ListableResource + DeserializeOwned + Serialize,
     T::Scope: ScopeInfo,
 {
     ResourceType {
@@ -175,7 +178,7 @@ where
         storage_api_version: T::API_VERSION.to_string(),
         conversion: Conversion::Identity,
         shape: Shape::BuiltIn {
-            decodes: decodes_as::<T>,
+            round_trip: round_trip_as::<T>,
         },
     }
 }

@@ -57,6 +57,42 @@ pub fn check_object(schema: &Value, object: &mut Value) -> Checked {
     checked
 }
 
+/// Removes from `object` every field that `known` (the object after a typed decode and
+/// re-encode) lacks, and returns their paths. Nulls are not fields: typed encoders omit
+/// them, and so does the real server.
+pub fn prune_unknown(object: &mut Value, known: &Value) -> Vec<String> {
+    let mut unknown = Vec::new();
+    prune_against(object, known, "", &mut unknown);
+    unknown.sort();
+    unknown
+}
+
+fn prune_against(object: &mut Value, known: &Value, path: &str, unknown: &mut Vec<String>) {
+    match (object, known) {
+        (Value::Object(fields), Value::Object(known_fields)) => {
+            fields.retain(|key, value| {
+                if value.is_null() || known_fields.contains_key(key) {
+                    true
+                } else {
+                    unknown.push(join(path, key));
+                    false
+                }
+            });
+            for (key, value) in fields.iter_mut() {
+                if let Some(known_value) = known_fields.get(key) {
+                    prune_against(value, known_value, &join(path, key), unknown);
+                }
+            }
+        }
+        (Value::Array(items), Value::Array(known_items)) if items.len() == known_items.len() => {
+            for (i, (item, known_item)) in items.iter_mut().zip(known_items).enumerate() {
+                prune_against(item, known_item, &format!("{path}[{i}]"), unknown);
+            }
+        }
+        _ => {}
+    }
+}
+
 fn property<'a>(schema: &'a Value, key: &str) -> Option<&'a Value> {
     schema.get("properties").and_then(|p| p.get(key))
 }
@@ -701,6 +737,18 @@ mod tests {
             check(json!({"spec": {"hosts": ["a"], "routes": [{"name": "x"}, {"name": "x"}]}}));
         assert_eq!(checked.causes.len(), 1, "{:?}", checked.causes);
         assert_eq!(checked.causes[0].field, "spec.routes[1]");
+    }
+
+    #[test]
+    fn prune_unknown_compares_with_the_typed_round_trip() {
+        let mut object = json!({"spec": {"ports": [{"port": 80, "targetport": 8080}], "typo": 1, "clusterIP": null}});
+        let known = json!({"spec": {"ports": [{"port": 80}]}});
+        let unknown = prune_unknown(&mut object, &known);
+        assert_eq!(unknown, vec!["spec.ports[0].targetport", "spec.typo"]);
+        assert_eq!(
+            object,
+            json!({"spec": {"ports": [{"port": 80}], "clusterIP": null}})
+        );
     }
 
     #[test]

@@ -540,49 +540,46 @@ impl Store {
             return Err(cannot_handle(format!("metadata: {e}")));
         }
         let name = meta_str(object, "name").to_string();
-        match &rt.shape {
-            Shape::BuiltIn { decodes } => {
-                decodes(object).map_err(cannot_handle)?;
-                if rt.storage == crds_key() {
-                    registry::validate_and_default_crd(object)?;
-                }
-                Ok(Vec::new())
+        // Decoding (which finds unknown fields) comes before validation, as upstream:
+        // under `Strict` an unknown field is reported even if values are also invalid.
+        let (unknown_fields, causes) = match &rt.shape {
+            Shape::BuiltIn { round_trip } => {
+                let known = round_trip(object).map_err(cannot_handle)?;
+                (schema::prune_unknown(object, &known), Vec::new())
             }
-            Shape::Custom { schema: None, .. } => Ok(Vec::new()),
+            Shape::Custom { schema: None, .. } => (Vec::new(), Vec::new()),
             Shape::Custom {
                 schema: Some(schema),
                 ..
             } => {
                 let checked = schema::check_object(schema, object);
-                let unknown: Vec<String> = checked
-                    .unknown_fields
-                    .iter()
-                    .map(|f| format!("unknown field \"{f}\""))
-                    .collect();
-                let mut warnings = Vec::new();
-                if !unknown.is_empty() {
-                    match options.field_validation {
-                        FieldValidation::Strict => {
-                            return Err(cannot_handle(format!(
-                                "strict decoding error: {}",
-                                unknown.join(", ")
-                            )));
-                        }
-                        FieldValidation::Warn => warnings = unknown,
-                        FieldValidation::Ignore => {}
-                    }
+                (checked.unknown_fields, checked.causes)
+            }
+        };
+        let unknown: Vec<String> = unknown_fields
+            .iter()
+            .map(|f| format!("unknown field \"{f}\""))
+            .collect();
+        let mut warnings = Vec::new();
+        if !unknown.is_empty() {
+            match options.field_validation {
+                FieldValidation::Strict => {
+                    return Err(cannot_handle(format!(
+                        "strict decoding error: {}",
+                        unknown.join(", ")
+                    )));
                 }
-                if !checked.causes.is_empty() {
-                    return Err(ApiError::invalid(
-                        &rt.group,
-                        &rt.kind,
-                        &name,
-                        checked.causes,
-                    ));
-                }
-                Ok(warnings)
+                FieldValidation::Warn => warnings = unknown,
+                FieldValidation::Ignore => {}
             }
         }
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(&rt.group, &rt.kind, &name, causes));
+        }
+        if rt.storage == crds_key() {
+            registry::validate_and_default_crd(object)?;
+        }
+        Ok(warnings)
     }
 
     pub fn create(

@@ -233,6 +233,40 @@ async fn client_side_apply_of_builtins_merges_service_ports_by_port() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typos_in_builtin_manifests_are_refused_or_dropped() {
+    let cluster = Cluster::start().await;
+    let typo = fixture("service-typo.yaml");
+    for args in [
+        vec!["apply", "-f", typo.as_str()],
+        vec!["apply", "--server-side", "-f", typo.as_str()],
+    ] {
+        let out = cluster.kubectl(&args).await;
+        assert!(!out.success, "kubectl {args:?} accepted a typo");
+        assert!(
+            out.stderr.contains("Service in version \"v1\" cannot be handled as a Service: strict decoding error: unknown field \"spec.ports[0].targetport\""),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+    // Without strict validation the unknown field is dropped, with a warning.
+    let out = cluster
+        .kubectl(&["apply", "--validate=warn", "-f", &typo])
+        .await;
+    assert!(out.success, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("unknown field \"spec.ports[0].targetport\""),
+        "{}",
+        out.stderr
+    );
+    let service = cluster.kubectl_json(&["get", "service", "typo"]).await;
+    assert_eq!(
+        service["spec"]["ports"][0]["targetPort"], 80,
+        "defaulted, typo dropped"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_events_and_delete_from_files() {
     let cluster = Cluster::start().await;
     cluster
