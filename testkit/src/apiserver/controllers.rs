@@ -1,7 +1,8 @@
 //! Faked controllers: the status that real controllers would eventually write, written
 //! at once after each write of the object, so `kubectl wait` and `helm --wait` see
-//! CRDs `Established` and workloads rolled out (kstatus' readiness rules). Pure: each
-//! function returns the new status, or `None` when the object is already reconciled.
+//! CRDs `Established`, workloads rolled out (kstatus' readiness rules), Jobs complete
+//! and LoadBalancer Services with an address. Pure: each function returns the new
+//! status, or `None` when the object is already reconciled.
 
 use serde_json::{Value, json};
 
@@ -38,6 +39,8 @@ pub fn reconcile(rt: &ResourceType, object: &Value, now: &str) -> Option<Value> 
         ("apps", "StatefulSet") => stateful_set_status(object),
         ("apps", "ReplicaSet") => replica_set_status(object),
         ("apps", "DaemonSet") => daemon_set_status(object),
+        ("batch", "Job") => job_status(object, now)?,
+        ("", "Service") => service_status(object)?,
         _ => return None,
     };
     (object.get("status") != Some(&status)).then_some(status)
@@ -127,6 +130,38 @@ fn daemon_set_status(set: &Value) -> Value {
     })
 }
 
+/// Every Job succeeds at once (helm waits for hook Jobs to complete).
+fn job_status(job: &Value, now: &str) -> Option<Value> {
+    if job.pointer("/spec/suspend") == Some(&Value::Bool(true)) {
+        return None;
+    }
+    // Once complete, a Job stays as it is.
+    if job.pointer("/status/completionTime").is_some() {
+        return job.get("status").cloned();
+    }
+    let completions = int_at(job, "/spec/completions").unwrap_or(1);
+    Some(json!({
+        "startTime": now, "completionTime": now, "succeeded": completions, "ready": 0,
+        "conditions": [
+            {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached",
+             "message": "Reached expected number of succeeded pods",
+             "lastProbeTime": now, "lastTransitionTime": now},
+            {"type": "Complete", "status": "True", "reason": "CompletionsReached",
+             "message": "Reached expected number of succeeded pods",
+             "lastProbeTime": now, "lastTransitionTime": now},
+        ],
+    }))
+}
+
+/// A LoadBalancer Service gets a loopback ingress address, as a cloud controller would
+/// give it a real one.
+fn service_status(service: &Value) -> Option<Value> {
+    if service.pointer("/spec/type").and_then(Value::as_str) != Some("LoadBalancer") {
+        return None;
+    }
+    Some(json!({"loadBalancer": {"ingress": [{"ip": "127.0.0.1", "ipMode": "VIP"}]}}))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,6 +179,25 @@ mod tests {
         assert_eq!(status["conditions"][0]["type"], "Available");
         deployment["status"] = status;
         assert!(reconcile(&rt, &deployment, "2024-01-01T00:00:09Z").is_none());
+    }
+
+    #[test]
+    fn jobs_complete_and_load_balancers_get_an_address() {
+        let registry = Registry::default();
+        let jobs = registry.lookup("batch", "v1", "jobs").unwrap();
+        let mut job = json!({"metadata": {"name": "hook"}, "spec": {"completions": 2}});
+        let status = reconcile(&jobs, &job, "2024-01-01T00:00:00Z").expect("status");
+        assert_eq!(status["succeeded"], 2);
+        assert_eq!(status["conditions"][1]["type"], "Complete");
+        job["status"] = status;
+        assert!(reconcile(&jobs, &job, "2024-01-01T00:01:00Z").is_none());
+
+        let services = registry.lookup("", "v1", "services").unwrap();
+        let cluster_ip = json!({"spec": {"type": "ClusterIP"}, "status": {"loadBalancer": {}}});
+        assert!(reconcile(&services, &cluster_ip, "now").is_none());
+        let lb = json!({"spec": {"type": "LoadBalancer"}, "status": {"loadBalancer": {}}});
+        let status = reconcile(&services, &lb, "now").expect("status");
+        assert_eq!(status["loadBalancer"]["ingress"][0]["ip"], "127.0.0.1");
     }
 
     #[test]
