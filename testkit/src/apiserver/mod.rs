@@ -12,6 +12,7 @@ mod defaults;
 mod discovery;
 mod error;
 mod http;
+mod meta;
 mod openapi;
 mod patch;
 mod proto;

@@ -19,6 +19,7 @@ use super::controllers;
 use super::convert::{to_served, to_stored};
 use super::defaults::{self, Allocator};
 use super::error::{ApiError, Cause};
+use super::meta;
 use super::patch::{self, Rules};
 use super::registry::{self, Registry, ResourceType, Shape, StorageKey};
 use super::schema;
@@ -219,36 +220,17 @@ fn spec_part(object: &Value, status_separate: bool) -> Value {
     copy
 }
 
-fn validate_name(rt: &ResourceType, name: &str) -> Result<(), ApiError> {
-    let problem = if name.is_empty() {
-        Some("Required value: name or generateName is required".to_string())
-    } else if name == "." || name == ".." || name.contains('/') || name.contains('%') {
-        Some(format!(
-            "Invalid value: \"{name}\": may not contain '/' or '%' or be '.' or '..'"
-        ))
-    } else if name.len() > 253 {
-        Some(format!(
-            "Invalid value: \"{name}\": must be no more than 253 characters"
-        ))
+fn validate_metadata(rt: &ResourceType, object: &Value) -> Result<(), ApiError> {
+    let causes = meta::validate(rt, object);
+    if causes.is_empty() {
+        Ok(())
     } else {
-        None
-    };
-    match problem {
-        None => Ok(()),
-        Some(message) => Err(ApiError::invalid(
+        Err(ApiError::invalid(
             &rt.group,
             &rt.kind,
-            name,
-            vec![Cause::new(
-                if name.is_empty() {
-                    "FieldValueRequired"
-                } else {
-                    "FieldValueInvalid"
-                },
-                "metadata.name",
-                message,
-            )],
-        )),
+            meta_str(object, "name"),
+            causes,
+        ))
     }
 }
 
@@ -623,7 +605,7 @@ impl Store {
                 .unwrap_or_default();
             object["metadata"]["name"] = json!(name);
         }
-        validate_name(rt, &name)?;
+        validate_metadata(rt, &object)?;
         if rt.namespaced {
             self.check_namespace_open(&namespace)?;
         }
@@ -749,6 +731,7 @@ impl Store {
             carry_meta(&mut new, &old_served, field);
         }
         defaults::apply(rt, &mut new, Some(&old_served), &mut self.allocator);
+        validate_metadata(rt, &new)?;
         let warnings = self.admit(rt, &mut new, options)?;
         if rt.tracks_generation
             && spec_part(&new, rt.status_subresource)

@@ -309,8 +309,16 @@ async fn get_events_and_delete_from_files() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deleting_a_namespace_deletes_its_contents() {
+async fn namespaces_are_validated_and_deleting_one_deletes_its_contents() {
     let cluster = Cluster::start().await;
+    let out = cluster.kubectl(&["create", "namespace", "Team_A"]).await;
+    assert!(!out.success, "an invalid namespace name was accepted");
+    assert!(
+        out.stderr.contains("The Namespace \"Team_A\" is invalid")
+            && out.stderr.contains("RFC 1123 label"),
+        "{}",
+        out.stderr
+    );
     cluster.kubectl_ok(&["create", "namespace", "team"]).await;
     cluster
         .kubectl_ok(&[
