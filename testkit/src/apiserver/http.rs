@@ -103,6 +103,7 @@ enum Route {
     Groups,
     Group(String),
     GroupVersion(String, String),
+    OpenApiV2,
     OpenApiIndex,
     OpenApiDocument(String, String),
     Resource(ResourcePath),
@@ -144,6 +145,7 @@ fn route(path: &str) -> Route {
         ["apis"] => Route::Groups,
         ["apis", group] => Route::Group(group.to_string()),
         ["apis", group, version] => Route::GroupVersion(group.to_string(), version.to_string()),
+        ["openapi", "v2"] => Route::OpenApiV2,
         ["openapi", "v3"] => Route::OpenApiIndex,
         ["openapi", "v3", rest @ ..] => match openapi::parse_document_path(&rest.join("/")) {
             Some((group, version)) => Route::OpenApiDocument(group, version),
@@ -298,6 +300,18 @@ fn dispatch(
             &group,
             &version,
         )),
+        // An empty OpenAPI v2 document (the empty protobuf message): kubectl consults v2
+        // only for kinds the v3 documents lack, and then reports the unknown kind itself
+        // instead of failing to download OpenAPI.
+        Route::OpenApiV2 => Ok((
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+            )],
+            Vec::<u8>::new(),
+        )
+            .into_response()),
         Route::OpenApiIndex => ok(Some(openapi::index(&shared.lock().registry))),
         Route::OpenApiDocument(group, version) => {
             ok(openapi::document(&shared.lock().registry, &group, &version))
@@ -476,6 +490,7 @@ mod tests {
     #[test]
     fn routes_kubernetes_paths() {
         assert_eq!(route("/version"), Route::Version);
+        assert_eq!(route("/openapi/v2"), Route::OpenApiV2);
         assert_eq!(route("/api"), Route::CoreVersions);
         assert_eq!(
             route("/apis/apps/v1"),

@@ -167,6 +167,17 @@ async fn invalid_custom_resources_are_refused_with_the_field_named() {
         out.stderr
     );
 
+    let out = cluster
+        .kubectl(&["apply", "-f", &fixture("unknown-kind.yaml")])
+        .await;
+    assert!(!out.success);
+    assert!(
+        out.stderr
+            .contains("no matches for kind \"Sprocket\" in version \"example.com/v1\""),
+        "{}",
+        out.stderr
+    );
+
     let out = cluster.kubectl(&["get", "widget", "broken"]).await;
     assert!(!out.success);
     assert!(
