@@ -86,6 +86,17 @@ pub fn api_resource_list(registry: &Registry, group: &str, version: &str) -> Opt
     let mut resources = Vec::new();
     for rt in &types {
         resources.push(resource_entry(rt));
+        if rt.scale.is_some() {
+            resources.push(json!({
+                "name": format!("{}/scale", rt.plural),
+                "singularName": "",
+                "namespaced": rt.namespaced,
+                "group": "autoscaling",
+                "version": "v1",
+                "kind": "Scale",
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
         if rt.status_subresource {
             resources.push(json!({
                 "name": format!("{}/status", rt.plural),

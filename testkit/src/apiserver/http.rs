@@ -17,6 +17,7 @@ use super::discovery;
 use super::error::ApiError;
 use super::openapi;
 use super::proto;
+use super::registry::ResourceType;
 use super::selector::{FieldSelector, LabelSelector};
 use super::store::{FieldValidation, ListOptions, PatchKind, WriteOptions, Written};
 use super::watch::{self, Start, WatchRequest};
@@ -243,6 +244,52 @@ fn content_type(headers: &HeaderMap) -> String {
         .to_ascii_lowercase()
 }
 
+fn patch_kind(content_type: &str) -> Result<PatchKind, ApiError> {
+    match content_type {
+        "application/merge-patch+json" => Ok(PatchKind::Merge),
+        "application/json-patch+json" => Ok(PatchKind::Json),
+        "application/strategic-merge-patch+json" => Ok(PatchKind::Strategic),
+        "application/apply-patch+yaml" => Ok(PatchKind::Apply),
+        other => Err(ApiError::unsupported_media_type(format!(
+            "the body of the request was in an unknown format ({other}) - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json"
+        ))),
+    }
+}
+
+/// `/scale`: GET, PUT and PATCH of the Scale view.
+fn scale(
+    shared: &Arc<Shared>,
+    method: &Method,
+    headers: &HeaderMap,
+    params: &Params,
+    body: Bytes,
+    rt: &ResourceType,
+    path: &ResourcePath,
+) -> Result<Response, ApiError> {
+    let name = path.name.as_deref().ok_or_else(ApiError::no_such_route)?;
+    let namespace = path.namespace.as_deref();
+    let content_type = content_type(headers);
+    let patch = match *method {
+        Method::GET => {
+            let scale = shared.lock().get_scale(rt, namespace, name)?;
+            return Ok(json_response(StatusCode::OK, &scale, &[]));
+        }
+        Method::PUT => None,
+        Method::PATCH => Some(patch_kind(&content_type)?),
+        _ => {
+            return Err(ApiError::method_not_allowed(format!(
+                "{method} is not supported on /scale"
+            )));
+        }
+    };
+    let scale = decode_body(&content_type, &body)?;
+    let options = params.write_options()?;
+    let written = shared
+        .lock()
+        .write_scale(rt, namespace, name, patch, scale, &options)?;
+    Ok(written_response(written))
+}
+
 fn decode_body(content_type: &str, body: &Bytes) -> Result<Value, ApiError> {
     if body.is_empty() {
         return Err(ApiError::bad_request("the request body is empty"));
@@ -341,6 +388,9 @@ fn resource(
     let status_only = match path.subresource.as_deref() {
         None => false,
         Some("status") if rt.status_subresource => true,
+        Some("scale") if rt.scale.is_some() => {
+            return scale(shared, method, headers, &params, body, &rt, &path);
+        }
         Some(_) => return Err(ApiError::no_such_route()),
     };
     let namespace = path.namespace.as_deref();
@@ -409,17 +459,7 @@ fn resource(
         }
         (Method::PATCH, Some(name)) => {
             let content_type = content_type(headers);
-            let kind = match content_type.as_str() {
-                "application/merge-patch+json" => PatchKind::Merge,
-                "application/json-patch+json" => PatchKind::Json,
-                "application/strategic-merge-patch+json" => PatchKind::Strategic,
-                "application/apply-patch+yaml" => PatchKind::Apply,
-                other => {
-                    return Err(ApiError::unsupported_media_type(format!(
-                        "the body of the request was in an unknown format ({other}) - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json"
-                    )));
-                }
-            };
+            let kind = patch_kind(&content_type)?;
             let patch = decode_body(&content_type, &body)?;
             let options = params.write_options()?;
             Ok(written_response(shared.lock().patch(

@@ -17,6 +17,7 @@ mod openapi;
 mod patch;
 mod proto;
 mod registry;
+mod scale;
 mod schema;
 mod selector;
 mod store;

@@ -52,6 +52,32 @@ pub enum Shape {
     },
 }
 
+/// Where a kind keeps what its `/scale` subresource shows, as JSON pointers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScalePaths {
+    pub spec_replicas: String,
+    pub status_replicas: String,
+    /// A label selector: a string, or a `LabelSelector` object (built-in workloads).
+    pub label_selector: Option<String>,
+}
+
+impl ScalePaths {
+    fn workload() -> Self {
+        ScalePaths {
+            spec_replicas: "/spec/replicas".into(),
+            status_replicas: "/status/replicas".into(),
+            label_selector: Some("/spec/selector".into()),
+        }
+    }
+}
+
+/// `.spec.replicas` (CRD notation) as a JSON pointer.
+fn pointer_of(path: &str) -> String {
+    path.trim_start_matches('.')
+        .split('.')
+        .fold(String::new(), |acc, part| format!("{acc}/{part}"))
+}
+
 /// One served group/version/resource.
 #[derive(Debug, Clone)]
 pub struct ResourceType {
@@ -66,6 +92,8 @@ pub struct ResourceType {
     pub categories: Vec<String>,
     /// `/status` is served, and main-resource writes leave `status` untouched.
     pub status_subresource: bool,
+    /// `/scale` is served (Deployments, StatefulSets, ReplicaSets, CRDs that ask).
+    pub scale: Option<ScalePaths>,
     /// `metadata.generation` is kept and bumped on spec changes.
     pub tracks_generation: bool,
     pub storage: StorageKey,
@@ -170,6 +198,7 @@ where
             vec![]
         },
         status_subresource: extra.status,
+        scale: None,
         tracks_generation: extra.generation,
         storage: StorageKey {
             group: T::GROUP.to_string(),
@@ -204,7 +233,16 @@ fn builtins() -> Vec<ResourceType> {
     service.status_subresource = true;
     service.categories = vec!["all".to_string()];
 
-    vec![
+    let mut scalable: Vec<ResourceType> = vec![
+        builtin::<apps::Deployment>(workload(&["deploy"], true)),
+        builtin::<apps::StatefulSet>(workload(&["sts"], true)),
+        builtin::<apps::ReplicaSet>(workload(&["rs"], true)),
+    ];
+    for t in &mut scalable {
+        t.scale = Some(ScalePaths::workload());
+    }
+
+    let mut all = vec![
         namespace,
         service,
         pod,
@@ -230,10 +268,7 @@ fn builtins() -> Vec<ResourceType> {
             ..short(&["quota"])
         }),
         builtin::<core::LimitRange>(short(&["limits"])),
-        builtin::<apps::Deployment>(workload(&["deploy"], true)),
-        builtin::<apps::StatefulSet>(workload(&["sts"], true)),
         builtin::<apps::DaemonSet>(workload(&["ds"], true)),
-        builtin::<apps::ReplicaSet>(workload(&["rs"], true)),
         builtin::<apps::ControllerRevision>(PLAIN),
         builtin::<batch::Job>(workload(&[], true)),
         builtin::<batch::CronJob>(workload(&["cj"], true)),
@@ -263,7 +298,9 @@ fn builtins() -> Vec<ResourceType> {
         }),
         builtin::<scheduling::PriorityClass>(short(&["pc"])),
         builtin::<storage::StorageClass>(short(&["sc"])),
-    ]
+    ];
+    all.extend(scalable);
+    all
 }
 
 /// The served types, keyed by (group, version, plural). Owned by the store.
@@ -547,6 +584,14 @@ fn types_of_crd(crd: &Value) -> Result<Vec<ResourceType>, ApiError> {
             short_names: strings_at(crd, "/spec/names/shortNames"),
             categories: strings_at(crd, "/spec/names/categories"),
             status_subresource: v.pointer("/subresources/status").is_some(),
+            scale: v.pointer("/subresources/scale").map(|scale| ScalePaths {
+                spec_replicas: pointer_of(str_at(scale, "/specReplicasPath")),
+                status_replicas: pointer_of(str_at(scale, "/statusReplicasPath")),
+                label_selector: scale
+                    .get("labelSelectorPath")
+                    .and_then(Value::as_str)
+                    .map(pointer_of),
+            }),
             tracks_generation: true,
             storage: storage.clone(),
             storage_api_version: api_version(&group, storage_version),
@@ -597,6 +642,14 @@ mod tests {
         assert_eq!(deploy.kind, "Deployment");
         assert_eq!(deploy.list_kind, "DeploymentList");
         assert!(deploy.namespaced && deploy.status_subresource);
+        assert_eq!(deploy.scale, Some(ScalePaths::workload()));
+        assert!(
+            registry
+                .lookup("apps", "v1", "daemonsets")
+                .unwrap()
+                .scale
+                .is_none()
+        );
         let ns = registry.lookup("", "v1", "namespaces").expect("namespaces");
         assert!(!ns.namespaced);
         let ev = registry
@@ -633,7 +686,8 @@ mod tests {
                 "versions": [
                     {"name": "v1", "served": true, "storage": true,
                      "schema": {"openAPIV3Schema": {"type": "object"}},
-                     "subresources": {"status": {}}},
+                     "subresources": {"status": {}, "scale": {
+                         "specReplicasPath": ".spec.size", "statusReplicasPath": ".status.size"}}},
                     {"name": "v1beta1", "served": true, "storage": false,
                      "schema": {"openAPIV3Schema": {"type": "object"}}}
                 ]
@@ -648,6 +702,11 @@ mod tests {
             .lookup("example.com", "v1beta1", "widgets")
             .unwrap();
         assert!(v1.status_subresource && !beta.status_subresource);
+        let scale = v1.scale.clone().expect("scale");
+        assert_eq!(
+            (scale.spec_replicas.as_str(), scale.label_selector),
+            ("/spec/size", None)
+        );
         assert_eq!(beta.storage_api_version, "example.com/v1");
         assert_eq!(registry.groups()["example.com"], vec!["v1", "v1beta1"]);
         registry.remove_crd("widgets.example.com");

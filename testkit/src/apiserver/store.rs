@@ -22,6 +22,7 @@ use super::error::{ApiError, Cause};
 use super::meta;
 use super::patch::{self, Rules};
 use super::registry::{self, Registry, ResourceType, Shape, StorageKey};
+use super::scale;
 use super::schema;
 use super::selector::{FieldSelector, LabelSelector};
 
@@ -925,6 +926,86 @@ impl Store {
             records.insert(me, AppliedConfig { config, leaves });
         }
         Ok(written)
+    }
+
+    /// GET of `/scale`.
+    pub fn get_scale(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        let paths = rt.scale.as_ref().ok_or_else(ApiError::no_such_route)?;
+        Ok(scale::scale_of(paths, &self.get(rt, namespace, name)?))
+    }
+
+    /// PUT (`patch == None`) or PATCH of `/scale`: the Scale is changed, then its
+    /// `spec.replicas` is written into the object.
+    #[allow(clippy::too_many_arguments)] // one argument per part of the request
+    pub fn write_scale(
+        &mut self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        patch: Option<PatchKind>,
+        body: Value,
+        options: &WriteOptions,
+    ) -> Result<Written, ApiError> {
+        let paths = rt.scale.clone().ok_or_else(ApiError::no_such_route)?;
+        let key = Self::key_for(rt, namespace, name);
+        let old = self
+            .stored(&rt.storage, &key)
+            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+        let current = to_served(&old, rt);
+        let mut wanted = scale::scale_of(&paths, &current);
+        match patch {
+            None => wanted = body,
+            Some(PatchKind::Json) => {
+                patch::json_patch(&mut wanted, &body).map_err(|e| ApiError {
+                    code: 422,
+                    reason: "Invalid",
+                    message: e,
+                    details: None,
+                })?
+            }
+            // A Scale has no lists, so every other flavour merges like a merge patch.
+            Some(_) => patch::merge_patch(&mut wanted, &body),
+        }
+        let precondition = meta_str(&wanted, "resourceVersion");
+        if !precondition.is_empty() && precondition != meta_str(&old, "resourceVersion") {
+            return Err(ApiError::conflict(
+                &rt.group,
+                &rt.plural,
+                name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            ));
+        }
+        let replicas = wanted.pointer("/spec/replicas").and_then(Value::as_i64);
+        let replicas = match replicas {
+            Some(r) if r >= 0 => r,
+            _ => {
+                return Err(ApiError::invalid(
+                    "autoscaling",
+                    "Scale",
+                    name,
+                    vec![Cause::new(
+                        "FieldValueInvalid",
+                        "spec.replicas",
+                        format!(
+                            "Invalid value: {}: must be greater than or equal to 0",
+                            wanted.pointer("/spec/replicas").unwrap_or(&Value::Null)
+                        ),
+                    )],
+                ));
+            }
+        };
+        let mut updated = current;
+        scale::set_replicas(&paths, &mut updated, replicas);
+        let written = self.finish_update(rt, &key, old, updated, false, options)?;
+        Ok(Written {
+            object: scale::scale_of(&paths, &written.object),
+            ..written
+        })
     }
 
     pub fn delete(

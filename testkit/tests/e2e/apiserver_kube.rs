@@ -425,6 +425,20 @@ async fn custom_resources_are_validated_and_keep_status_separate() {
         "main resource ignores status"
     );
 
+    // `/scale` reads and writes the paths the CRD names.
+    let scale = api
+        .patch_scale(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 4}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(scale.spec.and_then(|s| s.replicas), Some(4));
+    let scaled = api.get("w").await.unwrap();
+    assert_eq!(scaled.data["spec"]["replicas"], 4);
+    assert_eq!(scaled.metadata.generation, Some(3));
+
     // The v1beta1 version serves the same objects.
     let gvk = GroupVersionKind::gvk("example.com", "v1beta1", "Widget");
     let beta: Api<DynamicObject> = Api::namespaced_with(

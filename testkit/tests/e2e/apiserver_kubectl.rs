@@ -237,6 +237,13 @@ async fn client_side_apply_of_builtins_merges_service_ports_by_port() {
     assert!(out.contains("successfully rolled out"), "{out}");
     let deployment = cluster.kubectl_json(&["get", "deploy", "web"]).await;
     assert_eq!(deployment["status"]["availableReplicas"], 2);
+    let out = cluster
+        .kubectl_ok(&["scale", "deployment/web", "--replicas=5"])
+        .await;
+    assert!(out.contains("deployment.apps/web scaled"), "{out}");
+    let deployment = cluster.kubectl_json(&["get", "deploy", "web"]).await;
+    assert_eq!(deployment["spec"]["replicas"], 5);
+    assert_eq!(deployment["status"]["availableReplicas"], 5);
     assert_eq!(
         deployment["spec"]["template"]["spec"]["containers"][0]["env"][0]["name"],
         "MODE"
