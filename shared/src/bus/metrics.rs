@@ -141,6 +141,11 @@ pub(crate) static REDIS_CONNECTED: LazyLock<IntGauge> = LazyLock::new(|| {
     )
 });
 
+/// Blobs rejected so far in this process for `reason` (tests and debug pages).
+pub fn rejected_total(reason: &str) -> u64 {
+    REJECTED.with_label_values(&[reason]).get()
+}
+
 /// Tracks the last successful read of `latest`; the gauge is computed at scrape time so it
 /// keeps growing while Redis is unreachable (a stored gauge would freeze).
 pub(crate) struct LastRead {

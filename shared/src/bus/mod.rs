@@ -89,7 +89,7 @@ pub enum BusError {
         #[source]
         source: std::io::Error,
     },
-    #[error("Redis {operation} failed: {source} (is Redis reachable at the configured URL?)")]
+    #[error("Redis {operation} failed: {source}{}", redis_hint(source))]
     Redis {
         operation: &'static str,
         #[source]
@@ -125,6 +125,26 @@ impl BusError {
             BusError::BlobMissing(_) => "blob_missing",
             BusError::Script(_) => "script",
         }
+    }
+}
+
+/// An operator hint for the common Redis failures.
+fn redis_hint(e: &::redis::RedisError) -> &'static str {
+    let text = e.to_string();
+    if e.kind() == ::redis::ErrorKind::AuthenticationFailed
+        || text.contains("NOAUTH")
+        || text.contains("Authentication required")
+        || text.contains("WRONGPASS")
+    {
+        " (check the password: --redis-password-file or PILOTFISH_REDIS_PASSWORD)"
+    } else if e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || e.is_timeout()
+    {
+        " (is Redis reachable at the configured URL?)"
+    } else {
+        ""
     }
 }
 
