@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs Debian's redis-server for the snapshot-bus tests. The tests start their own
-# redis-server processes on 127.0.0.1 with no persistence, so the system service is not
-# started (policy-rc.d refuses it) and is left alone if it already exists. Idempotent:
-# returns at once when redis-server is on PATH.
+# Installs Debian's redis-server (and openssl, for the TLS test's certificates) for the
+# snapshot-bus tests. The tests start their own redis-server processes on 127.0.0.1 with
+# no persistence, so the system service is not started (policy-rc.d refuses it).
+# Idempotent: returns at once when both tools are on PATH.
 set -euo pipefail
-if command -v redis-server >/dev/null 2>&1; then
+# openssl generates the throw-away certificates of the TLS test.
+if command -v redis-server >/dev/null 2>&1 && command -v openssl >/dev/null 2>&1; then
   exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
@@ -19,8 +20,9 @@ if [ ! -e /usr/sbin/policy-rc.d ]; then
   chmod +x /usr/sbin/policy-rc.d
   created_policy=1
 fi
-trap '[ "$created_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d' EXIT
+trap 'if [ "$created_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi' EXIT
 export DEBIAN_FRONTEND=noninteractive
 apt-get update
-apt-get install -y --no-install-recommends redis-server
+apt-get install -y --no-install-recommends redis-server openssl
 command -v redis-server >/dev/null
+command -v openssl >/dev/null

@@ -426,6 +426,7 @@ async fn retention_keeps_exactly_k_blobs() {
 async fn auth_from_a_password_file_and_a_database_number() {
     let redis = RedisServer::start_with(RedisOptions {
         password: Some("s3cret-pw".into()),
+        ..RedisOptions::default()
     })
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -460,4 +461,29 @@ async fn auth_from_a_password_file_and_a_database_number() {
     let mut db0 = raw(&format!("redis://:s3cret-pw@127.0.0.1:{}/0", redis.port())).await;
     let in_db0: bool = db0.exists("pilotfish:latest").await.unwrap();
     assert!(!in_db0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_private_ca() {
+    let redis = RedisServer::start_with(RedisOptions {
+        tls: true,
+        ..RedisOptions::default()
+    })
+    .unwrap();
+    let ca = redis.ca_path().unwrap();
+    let cfg = config(&redis.url()).with_tls_ca_file(&ca).unwrap();
+    assert!(cfg.is_tls());
+    let publisher = leader(cfg.clone()).await;
+    let (follower, _task) = follow(cfg.clone(), decode).unwrap();
+    let reference = publish(&publisher, "over-tls").await;
+    assert_eq!(reaches(&follower, &reference).await.value, "over-tls");
+
+    // Without the CA the server certificate is not trusted: nothing is served.
+    let (untrusting, _t) = follow(config(&redis.url()), decode).unwrap();
+    eventually(
+        "the untrusting follower reports the TLS failure",
+        async || untrusting.status().last_error.is_some(),
+    )
+    .await;
+    assert!(untrusting.current().is_none());
 }

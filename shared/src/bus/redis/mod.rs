@@ -60,6 +60,9 @@ pub struct RedisConfig {
     pub backoff_max: Duration,
     /// Larger blobs are rejected without being downloaded.
     pub max_blob_bytes: u64,
+    /// PEM CA certificate(s) trusted for `rediss://` instead of the web PKI roots (a
+    /// private CA, as in-cluster Redis usually has).
+    tls_ca: Option<Vec<u8>>,
 }
 
 impl RedisConfig {
@@ -100,6 +103,7 @@ impl RedisConfig {
             backoff_base: Duration::from_millis(200),
             backoff_max: Duration::from_secs(10),
             max_blob_bytes: 256 * 1024 * 1024,
+            tls_ca: None,
         };
         if url_has_password {
             tracing::warn!(
@@ -199,12 +203,47 @@ impl RedisConfig {
         }
     }
 
+    /// Trusts the PEM CA certificate(s) in `path` for `rediss://` (instead of the web PKI).
+    pub fn with_tls_ca_file(mut self, path: impl AsRef<Path>) -> Result<Self, BusError> {
+        let path = path.as_ref();
+        let pem = std::fs::read(path).map_err(|e| {
+            BusError::Config(format!(
+                "cannot read the Redis CA file {}: {e}",
+                path.display()
+            ))
+        })?;
+        if !self.is_tls() {
+            return Err(BusError::Config(format!(
+                "a Redis CA file ({}) needs a rediss:// URL",
+                path.display()
+            )));
+        }
+        self.tls_ca = Some(pem);
+        Ok(self)
+    }
+
     pub fn keys(&self) -> Keys {
         Keys::new(&self.prefix)
     }
 
     pub(crate) fn client(&self) -> Result<::redis::Client, BusError> {
-        ::redis::Client::open(self.info.clone()).map_err(|source| BusError::Redis {
+        if self.is_tls() {
+            // redis builds rustls configs with the process-wide default provider, and the
+            // dependency graph may enable none or several: pick one explicitly. Fails
+            // harmlessly when the binary already installed one.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let client = match &self.tls_ca {
+            Some(ca) => ::redis::Client::build_with_tls(
+                self.info.clone(),
+                ::redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(ca.clone()),
+                },
+            ),
+            None => ::redis::Client::open(self.info.clone()),
+        };
+        client.map_err(|source| BusError::Redis {
             operation: "client",
             source,
         })

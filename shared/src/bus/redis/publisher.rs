@@ -12,8 +12,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ::redis::Script;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::{AsyncCommands, Script};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use tokio::sync::Mutex;
@@ -40,6 +40,7 @@ struct Inner {
     config: RedisConfig,
     keys: super::Keys,
     conn: ConnectionManager,
+    take_epoch: Script,
     allocate: Script,
     advance: Script,
     state: Mutex<State>,
@@ -55,6 +56,8 @@ struct State {
     current: Option<EncodedSnapshot>,
     /// Highest version this process ever allocated: the floor for re-seeding.
     highest_version: u64,
+    /// Highest epoch this process ever took (kept across `resign`).
+    highest_epoch: u64,
 }
 
 impl std::fmt::Debug for RedisPublisher {
@@ -87,6 +90,7 @@ impl RedisPublisher {
                 keys: config.keys(),
                 config,
                 conn,
+                take_epoch: Script::new(scripts::TAKE_EPOCH),
                 allocate: Script::new(scripts::ALLOCATE),
                 advance: Script::new(scripts::ADVANCE),
                 state: Mutex::new(State::default()),
@@ -169,7 +173,16 @@ impl Inner {
 
     async fn take_epoch(&self) -> Result<u64, BusError> {
         let mut state = self.state.lock().await;
-        let epoch: u64 = redis_op("take_epoch", self.conn().incr(&self.keys.epoch, 1)).await?;
+        let epoch: u64 = redis_op(
+            "take_epoch",
+            self.take_epoch
+                .key(&self.keys.epoch)
+                .key(&self.keys.latest)
+                .arg(state.highest_epoch)
+                .invoke_async(&mut self.conn()),
+        )
+        .await?;
+        state.highest_epoch = state.highest_epoch.max(epoch);
         tracing::info!(epoch, prefix = %self.config.prefix, "took a new publishing epoch");
         state.epoch = Some(epoch);
         Ok(epoch)

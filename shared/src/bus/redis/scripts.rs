@@ -24,6 +24,23 @@ end
 return counter
 "#;
 
+/// Takes a new epoch: one above the counter, above the epoch stored with `latest`, and
+/// above the caller's previous epoch, so a new leader's epoch is the highest even if the
+/// counter was lost while `latest` (or the caller's memory) survived.
+///
+/// KEYS: epoch counter, latest. ARGV: caller's previous epoch (0 if none).
+/// Returns the new epoch.
+pub(super) const TAKE_EPOCH: &str = r#"
+local epoch = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+local stored = tonumber(redis.call('HGET', KEYS[2], 'epoch') or '0') or 0
+local previous = tonumber(ARGV[1]) or 0
+if epoch < stored then epoch = stored end
+if epoch < previous then epoch = previous end
+epoch = epoch + 1
+redis.call('SET', KEYS[1], epoch)
+return epoch
+"#;
+
 /// Advances `latest` to a blob already written (with a TTL, so an abandoned one expires),
 /// if and only if the version is newer than `latest`'s and the epoch is not older than
 /// both `latest`'s and the epoch counter (a new leader fences the old one as soon as it
