@@ -155,6 +155,10 @@ async fn a_publisher_with_an_older_epoch_cannot_move_latest() {
 
     let current = publish(&new, "new-leader").await;
     assert!(current.epoch > before.epoch);
+    assert!(
+        current.version > before.version,
+        "versions keep growing across leaders"
+    );
     // The old leader's next attempt allocates a higher version than `current`, and is
     // still refused: the epoch decides.
     let outcome = old.publish(encode("old-third")).await.unwrap();

@@ -347,3 +347,34 @@ impl SnapshotPublisher for RedisPublisher {
         .boxed()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn fenced_reply_carries_the_current_latest_or_nothing() {
+        let current = parse_fenced_reply(&strings(&["9", "abc", "4", "1700"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (
+                current.version,
+                current.hash.as_str(),
+                current.epoch,
+                current.published_at_ms
+            ),
+            (9, "abc", 4, 1700)
+        );
+        assert_eq!(
+            parse_fenced_reply(&strings(&["", "", "", ""])).unwrap(),
+            None
+        );
+        assert_eq!(parse_fenced_reply(&[]).unwrap(), None);
+        assert!(parse_fenced_reply(&strings(&["x", "abc", "4", ""])).is_err());
+    }
+}
