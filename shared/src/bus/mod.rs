@@ -264,10 +264,27 @@ impl FollowerStatus {
 }
 
 /// The consumer side of a follow loop; cheap to clone.
-#[derive(Clone, Debug)]
 pub struct Follower<T> {
     snapshots: watch::Receiver<Option<Arc<Followed<T>>>>,
     status: watch::Receiver<FollowerStatus>,
+}
+
+// Manual impls: a derive would demand `T: Clone` / `T: Debug`, and snapshots are neither.
+impl<T> Clone for Follower<T> {
+    fn clone(&self) -> Self {
+        Follower {
+            snapshots: self.snapshots.clone(),
+            status: self.status.clone(),
+        }
+    }
+}
+
+impl<T> fmt::Debug for Follower<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Follower")
+            .field("status", &*self.status.borrow())
+            .finish_non_exhaustive()
+    }
 }
 
 impl<T> Follower<T> {

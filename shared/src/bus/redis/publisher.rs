@@ -58,6 +58,10 @@ struct State {
     highest_version: u64,
     /// Highest epoch this process ever took (kept across `resign`).
     highest_epoch: u64,
+    /// A publish was fenced: a newer leader exists, so the watchdog must not republish
+    /// (after a Redis reset it could otherwise overwrite the new leader). Cleared by
+    /// `take_epoch`.
+    fenced: bool,
 }
 
 impl std::fmt::Debug for RedisPublisher {
@@ -113,7 +117,8 @@ impl RedisPublisher {
     /// counters and publish the current snapshot again. `Ok(None)`: nothing to do.
     pub async fn check_store(&self) -> Result<Option<PublishOutcome>, BusError> {
         let mut state = self.inner.state.lock().await;
-        let (Some(_), Some(current)) = (state.epoch, state.current.clone()) else {
+        let (Some(_), Some(current), false) = (state.epoch, state.current.clone(), state.fenced)
+        else {
             return Ok(None);
         };
         let (latest, _) = self.inner.read_latest().await?;
@@ -137,15 +142,24 @@ impl RedisPublisher {
         BusTask::spawn("redis-publisher-watchdog", async move {
             let mut every = tokio::time::interval(publisher.inner.config.resync_interval);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut failures: u32 = 0;
             loop {
                 every.tick().await;
                 match publisher.check_store().await {
-                    Ok(Some(outcome)) => {
-                        tracing::info!(?outcome, "republished after a Redis reset")
+                    Ok(outcome) => {
+                        if let Some(outcome) = outcome {
+                            tracing::info!(?outcome, "republished after a Redis reset");
+                        }
+                        failures = 0;
                     }
-                    Ok(None) => {}
+                    // First failure loud, then one line in 30: an outage must not flood the log.
+                    Err(e) if failures.is_multiple_of(30) => {
+                        failures += 1;
+                        tracing::warn!(error = %e, "checking Redis for the published snapshot failed; will retry");
+                    }
                     Err(e) => {
-                        tracing::warn!(error = %e, "checking Redis for the published snapshot failed; will retry")
+                        failures = failures.saturating_add(1);
+                        tracing::debug!(error = %e, "Redis still unreachable for the publisher");
                     }
                 }
             }
@@ -183,6 +197,7 @@ impl Inner {
         )
         .await?;
         state.highest_epoch = state.highest_epoch.max(epoch);
+        state.fenced = false;
         tracing::info!(epoch, prefix = %self.config.prefix, "took a new publishing epoch");
         state.epoch = Some(epoch);
         Ok(epoch)
@@ -199,6 +214,7 @@ impl Inner {
             // Same content: nothing to write, but a deposed publisher must still learn
             // that it is deposed (same rule as the script).
             if !check_advance(Some(l), epoch_counter, l.version + 1, epoch) {
+                state.fenced = true;
                 return Ok(self.fenced(latest));
             }
             state.last = Some(l.clone());
@@ -279,6 +295,7 @@ impl Inner {
             }
             Some("fenced") => {
                 let current = parse_fenced_reply(&reply[1..])?;
+                state.fenced = true;
                 Ok(self.fenced(current))
             }
             Some("missing") => Err(BusError::BlobMissing(reference)),
