@@ -9,7 +9,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use tokio::sync::watch;
 
-use super::decision::{Decision, FollowState, Observation};
+use super::decision::{Decision, FollowState, KeepReason, Observation};
 use super::metrics;
 use super::{DecodeFn, Followed, Follower, FollowerStatus, Rejection, SnapshotRef, now_ms};
 
@@ -47,7 +47,13 @@ impl<T: Send + Sync + 'static> FollowCore<T> {
             }
             self.state.record_missing();
         }
-        self.state.decide(observation)
+        let decision = self.state.decide(observation);
+        if let (Decision::Keep(KeepReason::Stale), Observation::Present { latest, .. }) =
+            (decision, observation)
+        {
+            tracing::debug!(source = self.source, %latest, "ignoring an older latest from the same store (no reset seen)");
+        }
+        decision
     }
 
     /// Decodes `bytes` (off the async workers: decoding a large blob is CPU work) and, if
