@@ -413,11 +413,6 @@ impl<M: Machine> StreamIo<'_, M> {
         publish_status(&handle, &machine);
         let mut publisher_alive = true;
         loop {
-            if outbox.pending.is_empty()
-                && let Some(arrived) = outbox.converging.take()
-            {
-                metrics::PROXY_CONVERGENCE_TIME.observe(arrived.elapsed().as_secs_f64());
-            }
             tokio::select! {
                 biased;
                 _ = closing(&mut shutdown) => {
@@ -427,6 +422,13 @@ impl<M: Machine> StreamIo<'_, M> {
                 permit = tx.reserve(), if !outbox.pending.is_empty() => {
                     let Ok(permit) = permit else { break };
                     if let Some(response) = outbox.pending.pop_front() {
+                        // Observed before the hand-off so the sample exists by the time
+                        // the client can see the last response.
+                        if outbox.pending.is_empty()
+                            && let Some(arrived) = outbox.converging.take()
+                        {
+                            metrics::PROXY_CONVERGENCE_TIME.observe(arrived.elapsed().as_secs_f64());
+                        }
                         permit.send(Ok(response));
                     }
                 }
