@@ -472,3 +472,24 @@ async fn endpoints_only_snapshots_recompute_endpoints_alone() {
     );
     assert_eq!(payloads(&s.recv().await), ["c1", "c2", "c7"]);
 }
+
+#[tokio::test]
+async fn streams_end_with_unavailable_at_their_maximum_age() {
+    let config = AdsConfig {
+        max_stream_age: Some(std::time::Duration::from_millis(300)),
+        ..AdsConfig::default()
+    };
+    let server = TestServer::start_with(config, Some(mesh(1))).await;
+    let mut s = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");
+    s.recv().await;
+    let end = tokio::time::timeout(PATIENCE, s.inbound.message())
+        .await
+        .expect("stream ended in time");
+    match end {
+        Err(status) => assert_eq!(status.code(), Code::Unavailable),
+        Ok(other) => panic!("expected UNAVAILABLE, got {other:?}"),
+    }
+    // The client reconnects and is served as before.
+    let mut again = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");
+    assert_eq!(payloads(&again.recv().await), ["c1", "c2"]);
+}
