@@ -580,6 +580,14 @@ mod tests {
     }
 
     #[test]
+    fn a_nonce_from_a_previous_stream_on_the_first_request_is_answered() {
+        let mut s = stream(base());
+        let out = s.on_request(&req(LISTENER_TYPE, &["*"], &[], "old-nonce"), T0);
+        assert!(out.events.is_empty(), "{:?}", out.events);
+        assert_eq!(sent(&one(out)), ["l1"]);
+    }
+
+    #[test]
     fn push_order_is_make_before_break() {
         let mut s = stream(base());
         for (t, n) in [
