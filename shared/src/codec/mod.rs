@@ -11,6 +11,7 @@
 //! then the protobuf and each config's JSON.
 
 pub mod convert;
+mod direct;
 
 /// Protobuf messages generated from `shared/proto/pilotfish/snapshot/v1/snapshot.proto`.
 #[allow(clippy::all, missing_docs)] // generated code
@@ -113,8 +114,8 @@ impl DecodeError {
     }
 }
 
-/// The protobuf form of a snapshot.
-pub fn to_pb(ctx: &PushContext) -> pb::Snapshot {
+/// The configs of a snapshot as protobuf messages, in their encoding order.
+fn configs_to_pb(ctx: &PushContext) -> Vec<pb::Config> {
     let data = ctx.data();
     let mut configs: Vec<pb::Config> = data
         .virtual_services
@@ -123,6 +124,13 @@ pub fn to_pb(ctx: &PushContext) -> pb::Snapshot {
         .chain(data.destination_rules.iter().map(|dr| config_to_pb_dr(dr)))
         .collect();
     configs.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
+    configs
+}
+
+/// The protobuf form of a snapshot (what [`encode`] writes, as generated structs).
+pub fn to_pb(ctx: &PushContext) -> pb::Snapshot {
+    let data = ctx.data();
+    let configs = configs_to_pb(ctx);
     pb::Snapshot {
         mesh: Some(convert::mesh_to_pb(&data.mesh)),
         cluster_domain: data.cluster_domain.clone(),
@@ -142,7 +150,7 @@ pub fn to_pb(ctx: &PushContext) -> pb::Snapshot {
 
 /// Encodes a snapshot into a blob.
 pub fn encode(ctx: &PushContext) -> Encoded {
-    let payload = to_pb(ctx).encode_to_vec();
+    let payload = direct::encode_payload(ctx);
     let hash: [u8; 32] = Sha256::digest(&payload).into();
     // Compressing an in-memory buffer only fails on allocation failure.
     let compressed = zstd::bulk::compress(&payload, ZSTD_LEVEL).unwrap_or_default();

@@ -201,6 +201,15 @@ pub fn service_from_k8s(svc: &KubeService, domain: &str) -> Result<Service, Vec<
     })
 }
 
+/// `namespace/name` of a workload (built without `format!`: this runs once per endpoint).
+pub fn workload_name(namespace: &str, name: &str) -> String {
+    let mut s = String::with_capacity(namespace.len() + 1 + name.len());
+    s.push_str(namespace);
+    s.push('/');
+    s.push_str(name);
+    s
+}
+
 /// Pods by `(namespace, name)`, for EndpointSlice `targetRef` lookups. Borrows the pods:
 /// building it costs one hash insert per pod, no copies.
 pub type PodIndex<'a> = HashMap<(&'a str, &'a str), &'a PodInfo>;
@@ -285,7 +294,7 @@ pub fn endpoints_from_slices<'a>(
                     service_account: pod.and_then(|p| p.service_account.clone()),
                     weight: None,
                     network: String::new(),
-                    workload: pod.map(|p| format!("{}/{}", p.namespace, p.name)),
+                    workload: pod.map(|p| workload_name(&p.namespace, &p.name)),
                 });
             }
         }

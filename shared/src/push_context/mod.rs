@@ -16,8 +16,10 @@ mod service_entry;
 mod validate;
 
 use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{Hash, Hasher};
+
 use std::sync::Arc;
+use xxhash_rust::xxh3::Xxh3Default;
 
 use crate::api::{DestinationRuleSpec, VirtualServiceSpec};
 use crate::codec::pb;
@@ -68,9 +70,9 @@ pub struct MeshData {
 pub type ItemHash = u64;
 
 /// Content hashes of every item, so two snapshots can be compared cheaply and caches can
-/// be keyed by content. The hashes are process-local (SipHash with fixed keys over the
-/// in-memory value): they compare snapshots within one process and are never sent
-/// anywhere; what crosses processes is versioned by the blob's SHA-256.
+/// be keyed by content. The hashes are process-local (XXH3 over the in-memory value, fed
+/// through `Hash`): they compare snapshots within one process and are never sent anywhere;
+/// what crosses processes is versioned by the blob's SHA-256.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ItemHashes {
     pub services: HashMap<(String, String), ItemHash>,
@@ -104,7 +106,7 @@ pub struct PushContext {
 }
 
 fn item_hash<T: Hash + ?Sized>(item: &T) -> ItemHash {
-    let mut hasher = DefaultHasher::new();
+    let mut hasher = Xxh3Default::new();
     item.hash(&mut hasher);
     hasher.finish()
 }
@@ -112,17 +114,17 @@ fn item_hash<T: Hash + ?Sized>(item: &T) -> ItemHash {
 /// Hashes a config spec through its JSON form (specs hold floats, so no `Hash`), streaming
 /// into the hasher without building the JSON text.
 fn spec_hash<T: serde::Serialize>(meta: &ConfigMeta, spec: &T) -> ItemHash {
-    struct HashWriter(DefaultHasher);
+    struct HashWriter(Xxh3Default);
     impl std::io::Write for HashWriter {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.write(buf);
+            self.0.update(buf);
             Ok(buf.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
     }
-    let mut w = HashWriter(DefaultHasher::new());
+    let mut w = HashWriter(Xxh3Default::new());
     (meta.creation_ms, meta.generation).hash(&mut w.0);
     // Writing into a hasher cannot fail, and serializing plain structs cannot either.
     let _ = serde_json::to_writer(&mut w, spec);
