@@ -84,6 +84,16 @@ impl Encoded {
     }
 }
 
+impl From<Encoded> for crate::bus::EncodedSnapshot {
+    fn from(e: Encoded) -> Self {
+        let hash = e.hash_hex();
+        crate::bus::EncodedSnapshot {
+            bytes: e.bytes.into(),
+            hash,
+        }
+    }
+}
+
 /// Why a blob was rejected. Each variant maps to a metric reason label.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -111,6 +121,12 @@ impl DecodeError {
             DecodeError::TooLarge { .. } => "too_large",
             DecodeError::Corrupt(_) => "corrupt",
         }
+    }
+}
+
+impl crate::bus::DecodeError for DecodeError {
+    fn reason(&self) -> &'static str {
+        DecodeError::reason(self)
     }
 }
 
