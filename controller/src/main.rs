@@ -7,10 +7,7 @@
 //! healthy-looking pod.
 
 mod admin;
-mod debounce;
-mod dir_mode;
 mod metrics;
-mod pipeline;
 mod validate_cmd;
 
 use std::net::SocketAddr;
@@ -23,9 +20,12 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use pilotfish_shared::api;
 use pilotfish_shared::bus::redis::{RedisConfig, RedisPublisher};
-use pilotfish_shared::logging::{self, LogFormat};
+use pilotfish_shared::bus::{BusError, PublishOutcome};
 use pilotfish_shared::mesh_config::MeshConfig;
+use pilotfish_shared::pipeline::folder::{FolderLoop, FolderObserver};
+use pilotfish_shared::pipeline::{Built, Pipeline};
 use pilotfish_shared::push_context::BuildInputs;
+use pilotfish_shared::telemetry::{self, LogFormat};
 use tokio::task::JoinSet;
 
 #[derive(Parser, Debug)]
@@ -105,6 +105,27 @@ struct RunArgs {
     replica_name: Option<String>,
 }
 
+/// Shows the `--config-dir` loop's progress on the admin pages.
+struct FolderAdmin(admin::AdminState);
+
+impl FolderObserver for FolderAdmin {
+    fn epoch_taken(&self, epoch: u64) {
+        self.0
+            .set_leader(serde_json::json!({"mode": "config-dir", "leader": true, "epoch": epoch}));
+    }
+
+    fn published(&self, built: &Built, outcome: Result<&PublishOutcome, &BusError>) {
+        match outcome {
+            Ok(o @ (PublishOutcome::Published(_) | PublishOutcome::Unchanged(_))) => {
+                self.0.set_snapshot(built, Some(o));
+                self.0.set_ready(true, "published the folder's snapshot");
+            }
+            Ok(fenced) => self.0.set_snapshot(built, Some(fenced)),
+            Err(_) => self.0.set_snapshot(built, None),
+        }
+    }
+}
+
 fn replica_name(flag: Option<String>) -> String {
     flag.or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
         .or_else(|| {
@@ -167,18 +188,25 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         cluster_domain: cli.cluster_domain.clone(),
         ..Default::default()
     };
-    let pipeline = pipeline::Pipeline::new(Arc::new(publisher));
+    let pipeline = Pipeline::new(Arc::new(publisher));
     match args.config_dir {
         Some(dir) => {
-            let mode = dir_mode::DirMode {
+            let folder = FolderLoop {
                 dir,
                 base,
                 debounce_after: args.debounce_after.as_std(),
                 debounce_max: args.debounce_max.as_std(),
                 resync_every: Duration::from_secs(30),
             };
-            let state = admin_state.clone();
-            tasks.spawn(async move { ("config-dir source", mode.run(pipeline, state).await) });
+            metrics::LEADER.set(1);
+            admin_state.set_leader(serde_json::json!({"mode": "config-dir", "leader": true, "note": "one writer per key prefix; no Lease"}));
+            let observer = FolderAdmin(admin_state.clone());
+            tasks.spawn(async move {
+                (
+                    "config-dir source",
+                    folder.run(pipeline, &observer).await.map_err(Into::into),
+                )
+            });
         }
         None => bail!("the Kubernetes source is not built yet: run with --config-dir DIR"),
     }
@@ -221,7 +249,7 @@ async fn shutdown_signal() {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init(cli.log_format);
+    telemetry::init_logging(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
