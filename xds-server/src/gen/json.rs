@@ -2,12 +2,8 @@
 //! prints them) for golden files and `config_dump`.
 //!
 //! envoy-types has no JSON mapping, so messages are re-read through `prost-reflect` with
-//! the Envoy descriptor set embedded below. That set is derived from the one envoy-types
-//! itself ships (so it always matches the Rust types we encode), pruned to the files our
-//! messages need; `scripts/gen-envoy-descriptors.sh` regenerates it and `--check` proves it
-//! current. Nested `Any`s print with their `@type`, as long as their type is in the set.
-
-use std::sync::LazyLock;
+//! the embedded Envoy descriptor set ([`super::descriptors`]). Nested `Any`s print with
+//! their `@type`, as long as their type is in the set.
 
 use envoy_types::pb::envoy::admin::v3::{
     ClustersConfigDump, ConfigDump, EndpointsConfigDump, ListenersConfigDump, RoutesConfigDump,
@@ -17,16 +13,12 @@ use envoy_types::pb::envoy::admin::v3::{
 };
 use envoy_types::pb::google::protobuf::Any;
 use pilotfish_shared::model::Proxy;
-use prost_reflect::{DescriptorPool, DynamicMessage, SerializeOptions};
+use prost_reflect::{DynamicMessage, SerializeOptions};
 
+use super::descriptors::pool;
 use super::snapshot::GeneratedSnapshot;
 use super::util::any;
 use crate::ads::{Resource, XdsType};
-
-static DESCRIPTORS: &[u8] = include_bytes!("envoy-descriptors.bin");
-
-static POOL: LazyLock<Result<DescriptorPool, String>> =
-    LazyLock::new(|| DescriptorPool::decode(DESCRIPTORS).map_err(|e| e.to_string()));
 
 /// Why a message could not be printed.
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +33,7 @@ pub enum JsonError {
 
 /// An encoded message of `type_url` as proto JSON.
 pub fn to_json(type_url: &str, bytes: &[u8]) -> Result<serde_json::Value, JsonError> {
-    let pool = POOL.as_ref().map_err(|e| JsonError::Descriptors(e.clone()))?;
+    let pool = pool().map_err(|e| JsonError::Descriptors(e.to_string()))?;
     let type_name = type_url.rsplit('/').next().unwrap_or(type_url);
     let descriptor = pool
         .get_message_by_name(type_name)

@@ -15,8 +15,10 @@
 //! [`lds`], [`rds`] with [`route`] (VirtualService translation) and [`tls`], [`names`]
 //! (Istio's resource names and domains), [`util`], [`json`], [`consistency`].
 
+pub mod canonical;
 pub mod cds;
 pub mod consistency;
+pub mod descriptors;
 pub mod eds;
 pub mod json;
 pub mod lds;

@@ -18,6 +18,7 @@ use pilotfish_shared::push_context::{PushContext, diff};
 
 use crate::ads::{ChangeKind, Resource, XdsSnapshot, XdsType};
 
+use super::canonical::canonicalize;
 use super::consistency::{sanitize_listeners, sanitize_routes};
 use super::metrics::GENERATIONS;
 use super::plan::{OutboundPlan, outbound_plan};
@@ -228,7 +229,9 @@ fn encode<M: prost::Message + prost::Name>(items: Vec<M>, name: impl Fn(&M) -> &
             tracing::error!(resource = %n, "generated twice; keeping the first (a bug)");
             continue;
         }
-        out.insert(n.clone(), Arc::new(Resource::new(n, resource_any(&item))));
+        let mut body = resource_any(&item);
+        body.value = canonicalize(&M::full_name(), body.value);
+        out.insert(n.clone(), Arc::new(Resource::new(n, body)));
     }
     out
 }
