@@ -142,11 +142,7 @@ fn proxyless_context(tls: &ClientTlsSettings, cluster: &str) -> Option<UpstreamT
                 tls_certificate_provider_instance: Some(provider_instance("default")),
                 validation_context_type: Some(
                     common_tls_context::ValidationContextType::ValidationContext(
-                        CertificateValidationContext {
-                            ca_certificate_provider_instance: Some(provider_instance("ROOTCA")),
-                            match_typed_subject_alt_names: san_matchers(&tls.subject_alt_names),
-                            ..Default::default()
-                        },
+                        proxyless_validation(&tls.subject_alt_names),
                     ),
                 ),
                 ..Default::default()
@@ -161,6 +157,24 @@ fn proxyless_context(tls: &ClientTlsSettings, cluster: &str) -> Option<UpstreamT
             );
             None
         }
+    }
+}
+
+/// gRPC's xDS client reads SANs from the older `match_subject_alt_names` field (gRFC A29),
+/// not from the typed matchers Envoy prefers.
+// The field is deprecated in Envoy's API; it is the one gRPC implements.
+#[allow(deprecated)]
+fn proxyless_validation(sans: &[String]) -> CertificateValidationContext {
+    CertificateValidationContext {
+        ca_certificate_provider_instance: Some(provider_instance("ROOTCA")),
+        match_subject_alt_names: sans
+            .iter()
+            .map(|s| StringMatcher {
+                match_pattern: Some(MatchPattern::Exact(s.clone())),
+                ignore_case: false,
+            })
+            .collect(),
+        ..Default::default()
     }
 }
 
