@@ -25,7 +25,11 @@ pub fn canonicalize(type_name: &str, bytes: Vec<u8>) -> Vec<u8> {
     match message(&desc, &bytes, &mut out) {
         Ok(()) => out,
         Err(why) => {
-            tracing::error!(type_name, why, "cannot canonicalize an encoded message (a bug); sent as encoded");
+            tracing::error!(
+                type_name,
+                why,
+                "cannot canonicalize an encoded message (a bug); sent as encoded"
+            );
             bytes
         }
     }
@@ -89,7 +93,9 @@ fn message(desc: &MessageDescriptor, mut buf: &[u8], out: &mut Vec<u8>) -> Resul
                     continue;
                 }
             }
-            WireType::StartGroup | WireType::EndGroup => return Err("groups are not used by Envoy's protos"),
+            WireType::StartGroup | WireType::EndGroup => {
+                return Err("groups are not used by Envoy's protos");
+            }
         }
         fields.push((None, field));
     }
@@ -194,17 +200,32 @@ mod tests {
 
     #[test]
     fn maps_encode_identically_whatever_their_hash_order() {
-        let keys = ["envoy.filters.http.fault", "envoy.filters.http.cors", "x.y", "z"];
-        let first = canonicalize(&RouteConfiguration::full_name(), config(&keys).encode_to_vec());
+        let keys = [
+            "envoy.filters.http.fault",
+            "envoy.filters.http.cors",
+            "x.y",
+            "z",
+        ];
+        let first = canonicalize(
+            &RouteConfiguration::full_name(),
+            config(&keys).encode_to_vec(),
+        );
         let mut orders = std::collections::HashSet::new();
         for _ in 0..32 {
             let raw = config(&keys).encode_to_vec();
             orders.insert(raw.clone());
             assert_eq!(canonicalize(&RouteConfiguration::full_name(), raw), first);
         }
-        assert!(orders.len() > 1, "the raw encodings should differ at least once in 32 tries");
+        assert!(
+            orders.len() > 1,
+            "the raw encodings should differ at least once in 32 tries"
+        );
         let decoded = RouteConfiguration::decode(first.as_slice()).unwrap();
-        assert_eq!(decoded, config(&keys), "canonical bytes decode to the same message");
+        assert_eq!(
+            decoded,
+            config(&keys),
+            "canonical bytes decode to the same message"
+        );
     }
 
     #[test]

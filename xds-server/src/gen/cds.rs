@@ -22,7 +22,8 @@ use envoy_types::pb::envoy::config::core::v3::{
     RoutingPriority, SocketAddress, TcpKeepalive, socket_address::PortSpecifier,
 };
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
-    HttpProtocolOptions, http_protocol_options::{
+    HttpProtocolOptions,
+    http_protocol_options::{
         ExplicitHttpConfig, UpstreamProtocolOptions, UseDownstreamHttpConfig,
         explicit_http_config::ProtocolConfig,
     },
@@ -59,7 +60,11 @@ pub fn outbound_clusters(push: &PushContext, plan: &OutboundPlan, flavor: Flavor
         .map(|c| outbound_cluster(push, c, flavor, connect_timeout))
         .collect();
     if flavor == Flavor::Sidecar {
-        out.push(passthrough_cluster(names::PASSTHROUGH_CLUSTER, connect_timeout, false));
+        out.push(passthrough_cluster(
+            names::PASSTHROUGH_CLUSTER,
+            connect_timeout,
+            false,
+        ));
         out.push(passthrough_cluster(
             names::INBOUND_PASSTHROUGH_CLUSTER,
             connect_timeout,
@@ -136,8 +141,9 @@ fn outbound_cluster(
             cluster.load_assignment = Some(dns_load_assignment(plan, &endpoints, flavor));
         }
         Discovery::OriginalDst => {
-            cluster.cluster_discovery_type =
-                Some(ClusterDiscoveryType::Type(DiscoveryType::OriginalDst as i32));
+            cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(
+                DiscoveryType::OriginalDst as i32,
+            ));
         }
     }
 
@@ -166,9 +172,9 @@ fn outbound_cluster(
             healthy_panic_threshold: panic_threshold.map(|p| Percent {
                 value: f64::from(p.min(100)),
             }),
-            locality_config_specifier: locality_weighted.then(|| {
-                LocalityConfigSpecifier::LocalityWeightedLbConfig(LocalityWeightedLbConfig {})
-            }),
+            locality_config_specifier: locality_weighted.then_some(
+                LocalityConfigSpecifier::LocalityWeightedLbConfig(LocalityWeightedLbConfig {}),
+            ),
             ..Default::default()
         });
     }
@@ -202,9 +208,10 @@ fn outbound_cluster(
                 .typed_extension_protocol_options
                 .insert(HTTP_PROTOCOL_OPTIONS.to_string(), any(&options));
         }
-    } else if pool.and_then(|p| p.http.as_ref()).is_some_and(|h| {
-        h.idle_timeout.is_some() || h.max_requests_per_connection.is_some()
-    }) {
+    } else if pool
+        .and_then(|p| p.http.as_ref())
+        .is_some_and(|h| h.idle_timeout.is_some() || h.max_requests_per_connection.is_some())
+    {
         proxyless_downgrade(
             "http_protocol_options",
             &plan.name,
@@ -253,7 +260,11 @@ pub fn lb_setup(lb: Option<&LoadBalancerSettings>, flavor: Flavor, cluster: &str
             .or(hash.minimum_ring_size);
         if let Some(maglev) = &hash.maglev {
             if flavor == Flavor::Proxyless {
-                proxyless_downgrade("maglev", cluster, "MAGLEV load balancing (ring hash is used)");
+                proxyless_downgrade(
+                    "maglev",
+                    cluster,
+                    "MAGLEV load balancing (ring hash is used)",
+                );
                 return ring(None);
             }
             return LbSetup {
@@ -273,14 +284,21 @@ pub fn lb_setup(lb: Option<&LoadBalancerSettings>, flavor: Flavor, cluster: &str
                 Some(SimpleLb::Random) => LbPolicy::Random,
                 // PASSTHROUGH turns the cluster into ORIGINAL_DST (see the plan).
                 Some(SimpleLb::Passthrough) => LbPolicy::ClusterProvided,
-                None | Some(SimpleLb::Unspecified | SimpleLb::LeastConn | SimpleLb::LeastRequest) => {
+                None
+                | Some(SimpleLb::Unspecified | SimpleLb::LeastConn | SimpleLb::LeastRequest) => {
                     LbPolicy::LeastRequest
                 }
             },
             config: None,
         },
         Flavor::Proxyless => {
-            if let Some(s @ (SimpleLb::Random | SimpleLb::LeastConn | SimpleLb::LeastRequest | SimpleLb::Passthrough)) = simple {
+            if let Some(
+                s @ (SimpleLb::Random
+                | SimpleLb::LeastConn
+                | SimpleLb::LeastRequest
+                | SimpleLb::Passthrough),
+            ) = simple
+            {
                 proxyless_downgrade(
                     "simple_lb",
                     cluster,
@@ -305,11 +323,15 @@ pub fn circuit_breakers(pool: Option<&ConnectionPoolSettings>, flavor: Flavor) -
     let thresholds = match flavor {
         Flavor::Sidecar => Thresholds {
             priority: RoutingPriority::Default as i32,
-            max_connections: u32_value(limit(tcp.and_then(|t| t.max_connections)).unwrap_or(u32::MAX)),
+            max_connections: u32_value(
+                limit(tcp.and_then(|t| t.max_connections)).unwrap_or(u32::MAX),
+            ),
             max_pending_requests: u32_value(
                 limit(http.and_then(|h| h.http1_max_pending_requests)).unwrap_or(u32::MAX),
             ),
-            max_requests: u32_value(limit(http.and_then(|h| h.http2_max_requests)).unwrap_or(u32::MAX)),
+            max_requests: u32_value(
+                limit(http.and_then(|h| h.http2_max_requests)).unwrap_or(u32::MAX),
+            ),
             max_retries: u32_value(limit(http.and_then(|h| h.max_retries)).unwrap_or(u32::MAX)),
             track_remaining: true,
             ..Default::default()
@@ -373,7 +395,9 @@ pub fn http_protocol_options(
         return None;
     }
     let common = CoreHttpOptions {
-        idle_timeout: http.and_then(|h| h.idle_timeout.as_ref()).and_then(api_duration),
+        idle_timeout: http
+            .and_then(|h| h.idle_timeout.as_ref())
+            .and_then(api_duration),
         max_requests_per_connection: http
             .and_then(|h| h.max_requests_per_connection)
             .filter(|n| *n > 0)
@@ -404,7 +428,9 @@ pub fn http_protocol_options(
         })
     } else if has_common {
         UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
-            protocol_config: Some(ProtocolConfig::HttpProtocolOptions(Http1ProtocolOptions::default())),
+            protocol_config: Some(ProtocolConfig::HttpProtocolOptions(
+                Http1ProtocolOptions::default(),
+            )),
         })
     } else {
         return None;
@@ -422,7 +448,9 @@ pub fn http_protocol_options(
 fn passthrough_cluster(name: &str, connect_timeout: std::time::Duration, inbound: bool) -> Cluster {
     Cluster {
         name: name.to_string(),
-        cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::OriginalDst as i32)),
+        cluster_discovery_type: Some(ClusterDiscoveryType::Type(
+            DiscoveryType::OriginalDst as i32,
+        )),
         connect_timeout: duration(connect_timeout),
         lb_policy: LbPolicy::ClusterProvided as i32,
         circuit_breakers: Some(circuit_breakers(None, Flavor::Sidecar)),
@@ -430,13 +458,13 @@ fn passthrough_cluster(name: &str, connect_timeout: std::time::Duration, inbound
         typed_extension_protocol_options: [(
             HTTP_PROTOCOL_OPTIONS.to_string(),
             any(&HttpProtocolOptions {
-                upstream_protocol_options: Some(UpstreamProtocolOptions::UseDownstreamProtocolConfig(
-                    UseDownstreamHttpConfig {
+                upstream_protocol_options: Some(
+                    UpstreamProtocolOptions::UseDownstreamProtocolConfig(UseDownstreamHttpConfig {
                         http_protocol_options: Some(Http1ProtocolOptions::default()),
                         http2_protocol_options: Some(Http2ProtocolOptions::default()),
                         ..Default::default()
-                    },
-                )),
+                    }),
+                ),
                 ..Default::default()
             }),
         )]
@@ -458,23 +486,27 @@ fn inbound_bind_config() -> BindConfig {
 
 /// `inbound|<port>||` for each of the workload's ports: the original destination (the
 /// workload itself), leaving from 127.0.0.6.
-pub fn inbound_clusters(ports: &[InboundPort], connect_timeout: std::time::Duration) -> Vec<Cluster> {
+pub fn inbound_clusters(
+    ports: &[InboundPort],
+    connect_timeout: std::time::Duration,
+) -> Vec<Cluster> {
     ports
         .iter()
         .map(|p| {
-            let mut cluster = passthrough_cluster(&names::inbound_cluster(p.port), connect_timeout, true);
+            let mut cluster =
+                passthrough_cluster(&names::inbound_cluster(p.port), connect_timeout, true);
             cluster.typed_extension_protocol_options.clear();
             if p.protocol.is_http2() {
                 cluster.typed_extension_protocol_options.insert(
                     HTTP_PROTOCOL_OPTIONS.to_string(),
                     any(&HttpProtocolOptions {
-                        upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(
-                            ExplicitHttpConfig {
+                        upstream_protocol_options: Some(
+                            UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
                                 protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(
                                     Http2ProtocolOptions::default(),
                                 )),
-                            },
-                        )),
+                            }),
+                        ),
                         ..Default::default()
                     }),
                 );
@@ -501,21 +533,37 @@ mod tests {
             (json!({"simple": "RANDOM"}), LbPolicy::Random),
             (json!({"simple": "LEAST_CONN"}), LbPolicy::LeastRequest),
             (json!({"simple": "PASSTHROUGH"}), LbPolicy::ClusterProvided),
-            (json!({"consistentHash": {"httpHeaderName": "x"}}), LbPolicy::RingHash),
-            (json!({"consistentHash": {"useSourceIp": true, "maglev": {"tableSize": 65537}}}), LbPolicy::Maglev),
+            (
+                json!({"consistentHash": {"httpHeaderName": "x"}}),
+                LbPolicy::RingHash,
+            ),
+            (
+                json!({"consistentHash": {"useSourceIp": true, "maglev": {"tableSize": 65537}}}),
+                LbPolicy::Maglev,
+            ),
         ];
         for (input, expected) in cases {
-            assert_eq!(lb_setup(Some(&lb(input.clone())), Flavor::Sidecar, "c").policy, expected, "{input}");
+            assert_eq!(
+                lb_setup(Some(&lb(input.clone())), Flavor::Sidecar, "c").policy,
+                expected,
+                "{input}"
+            );
         }
         let ring = lb_setup(
-            Some(&lb(json!({"consistentHash": {"httpCookie": {"name": "s"}, "ringHash": {"minimumRingSize": 4096}}}))),
+            Some(&lb(
+                json!({"consistentHash": {"httpCookie": {"name": "s"}, "ringHash": {"minimumRingSize": 4096}}}),
+            )),
             Flavor::Sidecar,
             "c",
         );
-        let Some(LbConfig::RingHashLbConfig(cfg)) = ring.config else { panic!() };
+        let Some(LbConfig::RingHashLbConfig(cfg)) = ring.config else {
+            panic!()
+        };
         assert_eq!(cfg.minimum_ring_size.unwrap().value, 4096);
         let Some(LbConfig::MaglevLbConfig(m)) = lb_setup(
-            Some(&lb(json!({"consistentHash": {"useSourceIp": true, "maglev": {"tableSize": 65537}}}))),
+            Some(&lb(
+                json!({"consistentHash": {"useSourceIp": true, "maglev": {"tableSize": 65537}}}),
+            )),
             Flavor::Sidecar,
             "c",
         )
@@ -528,15 +576,28 @@ mod tests {
 
     #[test]
     fn proxyless_gets_only_round_robin_or_ring_hash() {
-        for input in [json!({"simple": "RANDOM"}), json!({"simple": "LEAST_REQUEST"}), json!({})] {
-            assert_eq!(lb_setup(Some(&lb(input)), Flavor::Proxyless, "c").policy, LbPolicy::RoundRobin);
+        for input in [
+            json!({"simple": "RANDOM"}),
+            json!({"simple": "LEAST_REQUEST"}),
+            json!({}),
+        ] {
+            assert_eq!(
+                lb_setup(Some(&lb(input)), Flavor::Proxyless, "c").policy,
+                LbPolicy::RoundRobin
+            );
         }
         let maglev = lb_setup(
-            Some(&lb(json!({"consistentHash": {"httpHeaderName": "x", "maglev": {}}}))),
+            Some(&lb(
+                json!({"consistentHash": {"httpHeaderName": "x", "maglev": {}}}),
+            )),
             Flavor::Proxyless,
             "c",
         );
-        assert_eq!(maglev.policy, LbPolicy::RingHash, "maglev falls back to ring hash");
+        assert_eq!(
+            maglev.policy,
+            LbPolicy::RingHash,
+            "maglev falls back to ring hash"
+        );
     }
 
     #[test]
@@ -584,12 +645,16 @@ mod tests {
         let grpc = http_protocol_options(Protocol::Grpc, None).unwrap();
         assert!(matches!(
             grpc.upstream_protocol_options,
-            Some(UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
-                protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(_))
-            }))
+            Some(UpstreamProtocolOptions::ExplicitHttpConfig(
+                ExplicitHttpConfig {
+                    protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(_))
+                }
+            ))
         ));
-        let pool: ConnectionPoolSettings =
-            serde_json::from_value(json!({"http": {"idleTimeout": "5s", "maxRequestsPerConnection": 1}})).unwrap();
+        let pool: ConnectionPoolSettings = serde_json::from_value(
+            json!({"http": {"idleTimeout": "5s", "maxRequestsPerConnection": 1}}),
+        )
+        .unwrap();
         let h1 = http_protocol_options(Protocol::Http, Some(&pool)).unwrap();
         let common = h1.common_http_protocol_options.unwrap();
         assert_eq!(common.idle_timeout.unwrap().seconds, 5);

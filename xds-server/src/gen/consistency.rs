@@ -24,9 +24,7 @@ use envoy_types::pb::envoy::config::route::v3::{
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, http_connection_manager::RouteSpecifier,
 };
-use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
-    TcpProxy, tcp_proxy,
-};
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{TcpProxy, tcp_proxy};
 use pilotfish_shared::model::{Proxy, ProxyGenerator};
 use prost::Message;
 
@@ -51,7 +49,11 @@ pub struct BrokenReference {
 
 impl fmt::Display for BrokenReference {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "[{}] {} -> {}: {}", self.view, self.from, self.to, self.problem)
+        write!(
+            f,
+            "[{}] {} -> {}: {}",
+            self.view, self.from, self.to, self.problem
+        )
     }
 }
 
@@ -120,7 +122,10 @@ fn listener_references(l: &Listener) -> (Vec<String>, Vec<String>) {
             }
         }
     }
-    if let Some(api) = l.api_listener.as_ref().and_then(|a| a.api_listener.as_ref())
+    if let Some(api) = l
+        .api_listener
+        .as_ref()
+        .and_then(|a| a.api_listener.as_ref())
         && let Ok(h) = HttpConnectionManager::decode(api.value.as_slice())
     {
         hcms.push(h);
@@ -156,13 +161,33 @@ pub fn check_view(view_name: &str, view: &View) -> Vec<BrokenReference> {
             }
         }
     };
-    duplicates("cds", view.clusters.iter().map(|c| &c.name).collect(), &mut out);
-    duplicates("eds", view.endpoints.iter().map(|c| &c.cluster_name).collect(), &mut out);
-    duplicates("lds", view.listeners.iter().map(|l| &l.name).collect(), &mut out);
-    duplicates("rds", view.routes.iter().map(|r| &r.name).collect(), &mut out);
+    duplicates(
+        "cds",
+        view.clusters.iter().map(|c| &c.name).collect(),
+        &mut out,
+    );
+    duplicates(
+        "eds",
+        view.endpoints.iter().map(|c| &c.cluster_name).collect(),
+        &mut out,
+    );
+    duplicates(
+        "lds",
+        view.listeners.iter().map(|l| &l.name).collect(),
+        &mut out,
+    );
+    duplicates(
+        "rds",
+        view.routes.iter().map(|r| &r.name).collect(),
+        &mut out,
+    );
 
     let clusters: BTreeSet<&str> = view.clusters.iter().map(|c| c.name.as_str()).collect();
-    let assignments: BTreeSet<&str> = view.endpoints.iter().map(|c| c.cluster_name.as_str()).collect();
+    let assignments: BTreeSet<&str> = view
+        .endpoints
+        .iter()
+        .map(|c| c.cluster_name.as_str())
+        .collect();
     let routes: BTreeSet<&str> = view.routes.iter().map(|r| r.name.as_str()).collect();
     for c in &view.clusters {
         if c.cluster_discovery_type == Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32)) {
@@ -173,14 +198,22 @@ pub fn check_view(view_name: &str, view: &View) -> Vec<BrokenReference> {
                 .filter(|s| !s.is_empty())
                 .unwrap_or(&c.name);
             if !assignments.contains(service) {
-                out.push(broken(&c.name, service, "EDS cluster without a ClusterLoadAssignment"));
+                out.push(broken(
+                    &c.name,
+                    service,
+                    "EDS cluster without a ClusterLoadAssignment",
+                ));
             }
         }
     }
     for rc in &view.routes {
         for (from, cluster) in route_clusters(rc) {
             if !clusters.contains(cluster.as_str()) {
-                out.push(broken(&from, &cluster, "route names a cluster CDS does not send"));
+                out.push(broken(
+                    &from,
+                    &cluster,
+                    "route names a cluster CDS does not send",
+                ));
             }
         }
     }
@@ -188,12 +221,20 @@ pub fn check_view(view_name: &str, view: &View) -> Vec<BrokenReference> {
         let (cs, rds) = listener_references(l);
         for c in cs {
             if !clusters.contains(c.as_str()) {
-                out.push(broken(&l.name, &c, "listener names a cluster CDS does not send"));
+                out.push(broken(
+                    &l.name,
+                    &c,
+                    "listener names a cluster CDS does not send",
+                ));
             }
         }
         for r in rds {
             if !routes.contains(r.as_str()) {
-                out.push(broken(&l.name, &r, "listener asks RDS for a route configuration that does not exist"));
+                out.push(broken(
+                    &l.name,
+                    &r,
+                    "listener asks RDS for a route configuration that does not exist",
+                ));
             }
         }
     }
@@ -228,9 +269,11 @@ pub fn sanitize_routes(configs: &mut [RouteConfiguration], known: &dyn Fn(&str) 
                 });
                 let bad = match &a.cluster_specifier {
                     Some(ClusterSpecifier::Cluster(c)) => (!known(c)).then(|| c.clone()),
-                    Some(ClusterSpecifier::WeightedClusters(w)) => {
-                        w.clusters.iter().find(|c| !known(&c.name)).map(|c| c.name.clone())
-                    }
+                    Some(ClusterSpecifier::WeightedClusters(w)) => w
+                        .clusters
+                        .iter()
+                        .find(|c| !known(&c.name))
+                        .map(|c| c.name.clone()),
                     _ => None,
                 };
                 if let Some(bad) = bad {
@@ -254,7 +297,11 @@ pub fn sanitize_listeners(listeners: &mut [Listener], known: &dyn Fn(&str) -> bo
     let mut broken = 0;
     for l in listeners.iter_mut() {
         let name = l.name.clone();
-        for chain in l.filter_chains.iter_mut().chain(l.default_filter_chain.iter_mut()) {
+        for chain in l
+            .filter_chains
+            .iter_mut()
+            .chain(l.default_filter_chain.iter_mut())
+        {
             for f in chain.filters.iter_mut() {
                 if f.name != TCP_PROXY_FILTER {
                     continue;
@@ -285,7 +332,11 @@ pub fn sanitize_listeners(listeners: &mut [Listener], known: &dyn Fn(&str) -> bo
 
 /// Decodes a proxy's whole view from the snapshot.
 pub fn view_of(snapshot: &GeneratedSnapshot, proxy: &Proxy) -> View {
-    fn decode_all<M: Message + Default>(snapshot: &GeneratedSnapshot, proxy: &Proxy, kind: XdsType) -> Vec<M> {
+    fn decode_all<M: Message + Default>(
+        snapshot: &GeneratedSnapshot,
+        proxy: &Proxy,
+        kind: XdsType,
+    ) -> Vec<M> {
         snapshot
             .all(proxy, kind)
             .values()
@@ -305,7 +356,11 @@ pub fn view_of(snapshot: &GeneratedSnapshot, proxy: &Proxy) -> View {
 /// workload, plus a proxyless client.
 pub fn representative_proxies(snapshot: &GeneratedSnapshot) -> Vec<(String, Proxy)> {
     let push = snapshot.push_context();
-    let mut namespaces: BTreeSet<String> = push.services().iter().map(|s| s.namespace.clone()).collect();
+    let mut namespaces: BTreeSet<String> = push
+        .services()
+        .iter()
+        .map(|s| s.namespace.clone())
+        .collect();
     namespaces.insert(push.mesh().root_namespace.clone());
     let mut out = Vec::new();
     for ns in namespaces {
@@ -313,7 +368,11 @@ pub fn representative_proxies(snapshot: &GeneratedSnapshot) -> Vec<(String, Prox
             namespace: ns.clone(),
             ..Proxy::with_defaults(format!("sidecar~0.0.0.0~check.{ns}~{ns}.svc.cluster.local"))
         };
-        if let Some(workload) = push.services().iter().find(|s| s.namespace == ns && !s.selector.is_empty()) {
+        if let Some(workload) = push
+            .services()
+            .iter()
+            .find(|s| s.namespace == ns && !s.selector.is_empty())
+        {
             out.push((
                 format!("sidecar {ns} {}", workload.name),
                 Proxy {
@@ -384,9 +443,18 @@ mod tests {
         };
         let found = check_view("t", &view);
         let problems: Vec<&str> = found.iter().map(|b| b.problem).collect();
-        assert!(problems.contains(&"EDS cluster without a ClusterLoadAssignment"), "{found:?}");
-        assert!(problems.contains(&"route names a cluster CDS does not send"), "{found:?}");
-        assert!(problems.contains(&"name appears twice in one response"), "{found:?}");
+        assert!(
+            problems.contains(&"EDS cluster without a ClusterLoadAssignment"),
+            "{found:?}"
+        );
+        assert!(
+            problems.contains(&"route names a cluster CDS does not send"),
+            "{found:?}"
+        );
+        assert!(
+            problems.contains(&"name appears twice in one response"),
+            "{found:?}"
+        );
     }
 
     #[test]
@@ -396,8 +464,14 @@ mod tests {
         assert_eq!(broken, 1);
         assert!(matches!(
             configs[0].virtual_hosts[0].routes[0].action,
-            Some(Action::DirectResponse(DirectResponseAction { status: 503, .. }))
+            Some(Action::DirectResponse(DirectResponseAction {
+                status: 503,
+                ..
+            }))
         ));
-        assert!(matches!(configs[1].virtual_hosts[0].routes[0].action, Some(Action::Route(_))));
+        assert!(matches!(
+            configs[1].virtual_hosts[0].routes[0].action,
+            Some(Action::Route(_))
+        ));
     }
 }

@@ -41,7 +41,11 @@ pub fn load_assignments(
 }
 
 /// The endpoints of one cluster, as a ClusterLoadAssignment named like the cluster.
-pub fn load_assignment(push: &PushContext, cluster: &ClusterPlan, scope: &Scope) -> ClusterLoadAssignment {
+pub fn load_assignment(
+    push: &PushContext,
+    cluster: &ClusterPlan,
+    scope: &Scope,
+) -> ClusterLoadAssignment {
     let endpoints = cluster_endpoints(push, cluster, true);
     let locality = LocalityContext {
         setting: cluster
@@ -112,7 +116,10 @@ impl LocalityContext<'_> {
 }
 
 /// Groups endpoints by (locality, priority) with Istio's locality settings applied.
-pub fn locality_groups(endpoints: &[&Endpoint], ctx: &LocalityContext<'_>) -> Vec<LocalityLbEndpoints> {
+pub fn locality_groups(
+    endpoints: &[&Endpoint],
+    ctx: &LocalityContext<'_>,
+) -> Vec<LocalityLbEndpoints> {
     let enabled = ctx.setting.is_none_or(|s| s.enabled != Some(false));
     let proxy_locality = ctx.proxy_locality.filter(|_| enabled);
     let failover_priority = ctx
@@ -129,7 +136,9 @@ pub fn locality_groups(endpoints: &[&Endpoint], ctx: &LocalityContext<'_>) -> Ve
         if !failover_priority.is_empty() {
             return label_priority(failover_priority, ctx.proxy_labels, e);
         }
-        proxy_locality.map_or(0, |proxy| locality_priority(proxy, &e.locality, ctx.setting))
+        proxy_locality.map_or(0, |proxy| {
+            locality_priority(proxy, &e.locality, ctx.setting)
+        })
     };
 
     let mut groups: BTreeMap<(u32, Locality), Vec<&Endpoint>> = BTreeMap::new();
@@ -258,11 +267,11 @@ fn apply_distribute(
     setting: &LocalityLoadBalancerSetting,
     groups: &mut Vec<LocalityLbEndpoints>,
 ) {
-    let Some(rule) = setting
-        .distribute
-        .iter()
-        .find(|d| d.from.as_deref().is_some_and(|f| locality_matches(f, proxy)))
-    else {
+    let Some(rule) = setting.distribute.iter().find(|d| {
+        d.from
+            .as_deref()
+            .is_some_and(|f| locality_matches(f, proxy))
+    }) else {
         return;
     };
     let locality_of = |g: &LocalityLbEndpoints| {
@@ -278,14 +287,24 @@ fn apply_distribute(
     let mut new_weights: Vec<Option<u32>> = vec![None; groups.len()];
     for (pattern, share) in &rule.to {
         let matched: Vec<usize> = (0..groups.len())
-            .filter(|&i| new_weights[i].is_none() && locality_matches(pattern, &locality_of(&groups[i])))
+            .filter(|&i| {
+                new_weights[i].is_none() && locality_matches(pattern, &locality_of(&groups[i]))
+            })
             .collect();
         let total: u64 = matched
             .iter()
-            .map(|&i| groups[i].load_balancing_weight.as_ref().map_or(1, |w| w.value) as u64)
+            .map(|&i| {
+                groups[i]
+                    .load_balancing_weight
+                    .as_ref()
+                    .map_or(1, |w| w.value) as u64
+            })
             .sum();
         for i in matched {
-            let own = groups[i].load_balancing_weight.as_ref().map_or(1, |w| w.value) as u64;
+            let own = groups[i]
+                .load_balancing_weight
+                .as_ref()
+                .map_or(1, |w| w.value) as u64;
             // Split the share by the localities' own weights, rounding up as Istio does.
             let weight = (own * u64::from(*share)).div_ceil(total.max(1));
             new_weights[i] = Some(u32::try_from(weight).unwrap_or(u32::MAX));
@@ -305,7 +324,11 @@ fn apply_distribute(
 
 /// The flavour-independent load assignment of a DNS cluster (inline in CDS): one group,
 /// no locality policy (Envoy resolves the names itself).
-pub fn dns_load_assignment(cluster: &ClusterPlan, endpoints: &[&Endpoint], flavor: Flavor) -> ClusterLoadAssignment {
+pub fn dns_load_assignment(
+    cluster: &ClusterPlan,
+    endpoints: &[&Endpoint],
+    flavor: Flavor,
+) -> ClusterLoadAssignment {
     let _ = flavor;
     ClusterLoadAssignment {
         cluster_name: cluster.name.clone(),
@@ -359,7 +382,14 @@ mod tests {
             summary(&groups),
             [("r1/z1/".into(), 0, 4, 2), ("r2/z1/".into(), 0, 1, 1)]
         );
-        assert_eq!(groups[0].lb_endpoints[0].load_balancing_weight.as_ref().unwrap().value, 3);
+        assert_eq!(
+            groups[0].lb_endpoints[0]
+                .load_balancing_weight
+                .as_ref()
+                .unwrap()
+                .value,
+            3
+        );
     }
 
     #[test]
@@ -435,16 +465,27 @@ mod tests {
     #[test]
     fn failover_priority_labels_order_endpoints() {
         let mut same = ep("10.0.0.1", "");
-        same.labels = [("net".to_string(), "a".to_string()), ("rack".to_string(), "1".to_string())].into();
+        same.labels = [
+            ("net".to_string(), "a".to_string()),
+            ("rack".to_string(), "1".to_string()),
+        ]
+        .into();
         let mut half = ep("10.0.0.2", "");
-        half.labels = [("net".to_string(), "a".to_string()), ("rack".to_string(), "2".to_string())].into();
+        half.labels = [
+            ("net".to_string(), "a".to_string()),
+            ("rack".to_string(), "2".to_string()),
+        ]
+        .into();
         let other = ep("10.0.0.3", "");
         let setting = LocalityLoadBalancerSetting {
             failover_priority: vec!["net".into(), "rack".into()],
             ..Default::default()
         };
         let proxy = Locality::default();
-        let labels = [("net".to_string(), Some("a".to_string())), ("rack".to_string(), Some("1".to_string()))];
+        let labels = [
+            ("net".to_string(), Some("a".to_string())),
+            ("rack".to_string(), Some("1".to_string())),
+        ];
         let ctx = LocalityContext {
             setting: Some(&setting),
             outlier_detection: true,

@@ -7,7 +7,8 @@
 
 use envoy_types::pb::envoy::admin::v3::{
     ClustersConfigDump, ConfigDump, EndpointsConfigDump, ListenersConfigDump, RoutesConfigDump,
-    clusters_config_dump::DynamicCluster, endpoints_config_dump::DynamicEndpointConfig,
+    clusters_config_dump::DynamicCluster,
+    endpoints_config_dump::DynamicEndpointConfig,
     listeners_config_dump::{DynamicListener, DynamicListenerState},
     routes_config_dump::DynamicRouteConfig,
 };
@@ -25,7 +26,9 @@ use crate::ads::{Resource, XdsType};
 pub enum JsonError {
     #[error("the embedded Envoy descriptor set is unreadable: {0}")]
     Descriptors(String),
-    #[error("type {0} is not in the embedded Envoy descriptor set (add its file to scripts/envoy_descriptors.py)")]
+    #[error(
+        "type {0} is not in the embedded Envoy descriptor set (add its file to scripts/envoy_descriptors.py)"
+    )]
     UnknownType(String),
     #[error("{type_name} does not decode: {reason}")]
     Decode { type_name: String, reason: String },
@@ -80,7 +83,10 @@ fn envoy_any(r: &Resource) -> Any {
 /// What `proxy` would receive from this snapshot, in the shape of Envoy's
 /// `/config_dump` (clusters, listeners, routes, endpoints; `version_info` is each
 /// resource's content hash). Proxyless clients are shown every resource they could ask for.
-pub fn config_dump(snapshot: &GeneratedSnapshot, proxy: &Proxy) -> Result<serde_json::Value, JsonError> {
+pub fn config_dump(
+    snapshot: &GeneratedSnapshot,
+    proxy: &Proxy,
+) -> Result<serde_json::Value, JsonError> {
     let clusters = ClustersConfigDump {
         dynamic_active_clusters: snapshot
             .all(proxy, XdsType::Cluster)
@@ -134,7 +140,12 @@ pub fn config_dump(snapshot: &GeneratedSnapshot, proxy: &Proxy) -> Result<serde_
         ..Default::default()
     };
     let dump = ConfigDump {
-        configs: vec![any(&clusters), any(&listeners), any(&routes), any(&endpoints)],
+        configs: vec![
+            any(&clusters),
+            any(&listeners),
+            any(&routes),
+            any(&endpoints),
+        ],
     };
     let a = any(&dump);
     to_json(&a.type_url, &a.value)

@@ -21,21 +21,21 @@ use envoy_types::pb::envoy::config::listener::v3::{
     ApiListener, Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, filter,
     listener_filter,
 };
-use envoy_types::pb::envoy::config::route::v3::{
-    RouteConfiguration, VirtualHost,
-};
+use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
 use envoy_types::pb::envoy::extensions::filters::http::cors::v3::Cors;
 use envoy_types::pb::envoy::extensions::filters::http::fault::v3::HttpFault;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
 use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
-    HttpConnectionManager, HttpFilter, Rds, http_connection_manager::{
+    HttpConnectionManager, HttpFilter, Rds,
+    http_connection_manager::{
         CodecType, PathWithEscapedSlashesAction, RouteSpecifier, UpgradeConfig,
     },
 };
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
-    TcpProxy, tcp_proxy::{self, WeightedCluster},
+    TcpProxy,
+    tcp_proxy::{self, WeightedCluster},
 };
 use envoy_types::pb::envoy::r#type::v3::{HashPolicy as TypeHashPolicy, hash_policy};
 use pilotfish_shared::api::TcpRoute;
@@ -48,8 +48,7 @@ use super::metrics::UNRESOLVED_DESTINATIONS;
 use super::names;
 use super::plan::{ClusterPlan, OutboundPlan};
 use super::route::{
-    CORS_FILTER, FAULT_FILTER, ROUTER_FILTER, RouteEnv, default_route, http_filter,
-    normalized_weights,
+    CORS_FILTER, FAULT_FILTER, ROUTER_FILTER, RouteEnv, http_filter, normalized_weights,
 };
 use super::scope::{Flavor, InboundPort};
 use super::util::{ads_config_source, any, bool_value, u32_value, zero_duration};
@@ -79,7 +78,11 @@ pub fn sidecar_outbound_listeners(
         traffic_direction: TrafficDirection::Outbound as i32,
         filter_chains: vec![FilterChain {
             name: "virtualOutbound-catchall-tcp".to_string(),
-            filters: vec![tcp_proxy_filter(unknown, tcp_proxy::ClusterSpecifier::Cluster(unknown.to_string()), Vec::new())],
+            filters: vec![tcp_proxy_filter(
+                unknown,
+                tcp_proxy::ClusterSpecifier::Cluster(unknown.to_string()),
+                Vec::new(),
+            )],
             ..Default::default()
         }],
         ..Default::default()
@@ -90,7 +93,9 @@ pub fn sidecar_outbound_listeners(
         by_port.entry(c.port.port).or_default().push(c);
     }
     for (port, services) in by_port {
-        out.push(outbound_port_listener(push, proxy, plan, port, &services, unknown));
+        out.push(outbound_port_listener(
+            push, proxy, plan, port, &services, unknown,
+        ));
     }
     out
 }
@@ -158,14 +163,20 @@ fn outbound_port_listener(
     } else if let [only] = default_tcp.as_slice() {
         tcp_destination(push, proxy, plan, only, port)
     } else {
-        tcp_proxy_filter(unknown, tcp_proxy::ClusterSpecifier::Cluster(unknown.to_string()), Vec::new())
+        tcp_proxy_filter(
+            unknown,
+            tcp_proxy::ClusterSpecifier::Cluster(unknown.to_string()),
+            Vec::new(),
+        )
     };
     let listener_filters = if claimed_snis.is_empty() {
         Vec::new()
     } else {
         vec![ListenerFilter {
             name: "envoy.filters.listener.tls_inspector".to_string(),
-            config_type: Some(listener_filter::ConfigType::TypedConfig(any(&TlsInspector::default()))),
+            config_type: Some(listener_filter::ConfigType::TypedConfig(any(
+                &TlsInspector::default(),
+            ))),
             ..Default::default()
         }]
     };
@@ -210,7 +221,12 @@ fn tcp_destination(
 ) -> Filter {
     let route = push
         .virtual_service_for_host(&c.service.hostname, &proxy.namespace)
-        .and_then(|vs| vs.spec.tcp.iter().find(|r| tcp_route_applies(r, proxy, port)));
+        .and_then(|vs| {
+            vs.spec
+                .tcp
+                .iter()
+                .find(|r| tcp_route_applies(r, proxy, port))
+        });
     let hash = c
         .policy
         .load_balancer
@@ -219,12 +235,18 @@ fn tcp_destination(
         .filter(|h| h.use_source_ip == Some(true))
         .map(|_| {
             vec![TypeHashPolicy {
-                policy_specifier: Some(hash_policy::PolicySpecifier::SourceIp(hash_policy::SourceIp {})),
+                policy_specifier: Some(hash_policy::PolicySpecifier::SourceIp(
+                    hash_policy::SourceIp {},
+                )),
             }]
         })
         .unwrap_or_default();
     let Some(route) = route.filter(|r| !r.route.is_empty()) else {
-        return tcp_proxy_filter(&c.name, tcp_proxy::ClusterSpecifier::Cluster(c.name.clone()), hash);
+        return tcp_proxy_filter(
+            &c.name,
+            tcp_proxy::ClusterSpecifier::Cluster(c.name.clone()),
+            hash,
+        );
     };
     let env = RouteEnv {
         push,
@@ -247,11 +269,13 @@ fn tcp_destination(
         tcp_proxy::ClusterSpecifier::WeightedClusters(WeightedCluster {
             clusters: clusters
                 .into_iter()
-                .map(|(name, weight)| tcp_proxy::weighted_cluster::ClusterWeight {
-                    name,
-                    weight,
-                    ..Default::default()
-                })
+                .map(
+                    |(name, weight)| tcp_proxy::weighted_cluster::ClusterWeight {
+                        name,
+                        weight,
+                        ..Default::default()
+                    },
+                )
                 .collect(),
         })
     };
@@ -264,7 +288,9 @@ fn tcp_route_applies(r: &TcpRoute, proxy: &Proxy, port: u32) -> bool {
             m.port.is_none_or(|p| p == port)
                 && (m.gateways.is_empty() || m.gateways.iter().any(|g| g == "mesh"))
                 && (m.source_labels.is_empty() || labels_match(&m.source_labels, &proxy.labels))
-                && m.source_namespace.as_ref().is_none_or(|ns| *ns == proxy.namespace)
+                && m.source_namespace
+                    .as_ref()
+                    .is_none_or(|ns| *ns == proxy.namespace)
         })
 }
 
@@ -313,14 +339,26 @@ fn sidecar_http_filters() -> Vec<HttpFilter> {
     ]
 }
 
-fn hcm_filter(stat_prefix: String, routes: RouteSpecifier, http_filters: Vec<HttpFilter>) -> Filter {
+fn hcm_filter(
+    stat_prefix: String,
+    routes: RouteSpecifier,
+    http_filters: Vec<HttpFilter>,
+) -> Filter {
     Filter {
         name: HCM_FILTER.to_string(),
-        config_type: Some(filter::ConfigType::TypedConfig(any(&sidecar_hcm(stat_prefix, routes, http_filters)))),
+        config_type: Some(filter::ConfigType::TypedConfig(any(&sidecar_hcm(
+            stat_prefix,
+            routes,
+            http_filters,
+        )))),
     }
 }
 
-fn sidecar_hcm(stat_prefix: String, routes: RouteSpecifier, http_filters: Vec<HttpFilter>) -> HttpConnectionManager {
+fn sidecar_hcm(
+    stat_prefix: String,
+    routes: RouteSpecifier,
+    http_filters: Vec<HttpFilter>,
+) -> HttpConnectionManager {
     HttpConnectionManager {
         stat_prefix,
         codec_type: CodecType::Auto as i32,
@@ -356,7 +394,10 @@ pub fn sidecar_inbound_listener(inbound: &[InboundPort]) -> Listener {
         )],
         ..Default::default()
     }];
-    for p in inbound.iter().filter(|p| p.port != names::VIRTUAL_INBOUND_PORT) {
+    for p in inbound
+        .iter()
+        .filter(|p| p.port != names::VIRTUAL_INBOUND_PORT)
+    {
         let cluster = names::inbound_cluster(p.port);
         let filter = if p.protocol.is_http() {
             let env_route = default_inbound_route(&cluster, p.port);
@@ -376,7 +417,11 @@ pub fn sidecar_inbound_listener(inbound: &[InboundPort]) -> Listener {
                 vec![http_filter(ROUTER_FILTER, any(&Router::default()))],
             )
         } else {
-            tcp_proxy_filter(&cluster, tcp_proxy::ClusterSpecifier::Cluster(cluster.clone()), Vec::new())
+            tcp_proxy_filter(
+                &cluster,
+                tcp_proxy::ClusterSpecifier::Cluster(cluster.clone()),
+                Vec::new(),
+            )
         };
         chains.push(FilterChain {
             name: cluster,
@@ -394,7 +439,9 @@ pub fn sidecar_inbound_listener(inbound: &[InboundPort]) -> Listener {
         traffic_direction: TrafficDirection::Inbound as i32,
         listener_filters: vec![ListenerFilter {
             name: "envoy.filters.listener.original_dst".to_string(),
-            config_type: Some(listener_filter::ConfigType::TypedConfig(any(&OriginalDst::default()))),
+            config_type: Some(listener_filter::ConfigType::TypedConfig(any(
+                &OriginalDst::default(),
+            ))),
             ..Default::default()
         }],
         filter_chains: chains,
@@ -402,7 +449,9 @@ pub fn sidecar_inbound_listener(inbound: &[InboundPort]) -> Listener {
             name: "virtualInbound-passthrough".to_string(),
             filters: vec![tcp_proxy_filter(
                 names::INBOUND_PASSTHROUGH_CLUSTER,
-                tcp_proxy::ClusterSpecifier::Cluster(names::INBOUND_PASSTHROUGH_CLUSTER.to_string()),
+                tcp_proxy::ClusterSpecifier::Cluster(
+                    names::INBOUND_PASSTHROUGH_CLUSTER.to_string(),
+                ),
                 Vec::new(),
             )],
             ..Default::default()
@@ -411,11 +460,16 @@ pub fn sidecar_inbound_listener(inbound: &[InboundPort]) -> Listener {
     }
 }
 
-fn default_inbound_route(cluster: &str, port: u32) -> envoy_types::pb::envoy::config::route::v3::Route {
-    use envoy_types::pb::envoy::config::route::v3::{
-        Decorator, Route, RouteAction, route::Action, route_action::{ClusterSpecifier, MaxStreamDuration},
-    };
+fn default_inbound_route(
+    cluster: &str,
+    port: u32,
+) -> envoy_types::pb::envoy::config::route::v3::Route {
     use super::route::route_match;
+    use envoy_types::pb::envoy::config::route::v3::{
+        Decorator, Route, RouteAction,
+        route::Action,
+        route_action::{ClusterSpecifier, MaxStreamDuration},
+    };
     Route {
         name: "default".to_string(),
         r#match: Some(route_match(None)),
@@ -467,10 +521,4 @@ pub fn proxyless_listeners(plan: &OutboundPlan) -> Vec<Listener> {
             }
         })
         .collect()
-}
-
-/// Unused helper kept private: the default route builder is shared with RDS.
-#[allow(dead_code)]
-fn _default_route_is_shared(env: &RouteEnv<'_>) {
-    let _ = default_route(env, "", "", 0);
 }

@@ -89,12 +89,22 @@ mod tests {
     fn every_metric_registers() {
         super::register_all();
         super::proxyless_downgrade("maglev", "outbound|80||a", "MAGLEV");
+        super::INCONSISTENT_REFERENCES
+            .with_label_values(&["rds"])
+            .inc();
+        super::UNRESOLVED_DESTINATIONS
+            .with_label_values(&["http"])
+            .inc();
+        super::GENERATIONS.with_label_values(&["routes"]).inc();
         let names: Vec<String> = prometheus::gather()
             .iter()
             .map(|f| f.name().to_string())
             .collect();
         for expected in [
+            "pilotfish_xds_inconsistent_references_total",
             "pilotfish_xds_proxyless_downgrades_total",
+            "pilotfish_xds_unresolved_destinations_total",
+            "pilotfish_xds_generations_total",
         ] {
             assert!(names.iter().any(|n| n == expected), "{expected} missing");
         }

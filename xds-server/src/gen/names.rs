@@ -137,7 +137,11 @@ mod tests {
 
     #[test]
     fn domains_depend_on_the_client_namespace() {
-        let s = svc("reviews.bookinfo.svc.cluster.local", "bookinfo", &["10.0.0.9"]);
+        let s = svc(
+            "reviews.bookinfo.svc.cluster.local",
+            "bookinfo",
+            &["10.0.0.9"],
+        );
         let same = service_domains(&s, 9080, "bookinfo", "cluster.local");
         assert_eq!(
             same,

@@ -96,7 +96,10 @@ pub fn outbound_plan(push: &PushContext, proxy: &Proxy, flavor: Flavor) -> Outbo
                 policy: base,
                 discovery: kind,
             });
-            for subset in rule.iter().flat_map(|r: &EffectiveDestinationRule| &r.spec.subsets) {
+            for subset in rule
+                .iter()
+                .flat_map(|r: &EffectiveDestinationRule| &r.spec.subsets)
+            {
                 let policy = cluster_policy(rule.as_ref(), port.port, Some(subset));
                 let Some(kind) = discovery(service, &policy, flavor) else {
                     continue;

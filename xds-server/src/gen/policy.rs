@@ -131,7 +131,11 @@ mod tests {
         assert_eq!(mode(&p), Some(TlsMode::Disable));
 
         let p = cluster_policy(Some(&r), 9090, Some(subset));
-        assert_eq!(simple(&p), Some(SimpleLb::Random), "subset sets no LB: inherited");
+        assert_eq!(
+            simple(&p),
+            Some(SimpleLb::Random),
+            "subset sets no LB: inherited"
+        );
 
         assert_eq!(cluster_policy(None, 80, None), ClusterPolicy::default());
     }

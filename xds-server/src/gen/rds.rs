@@ -66,18 +66,39 @@ pub fn sidecar_route_configs(
                     push.cluster_domain(),
                 );
                 let routes = service_routes(&env, &c.service, &c.name);
-                push_vhost(&mut vhosts, &mut claimed, names::host_port(&c.service.hostname, port), domains, routes);
+                push_vhost(
+                    &mut vhosts,
+                    &mut claimed,
+                    names::host_port(&c.service.hostname, port),
+                    domains,
+                    routes,
+                );
             }
             for (host, vs) in &vs_only_hosts {
-                let routes = vs.spec.http.iter().flat_map(|r| http_route(&env, r)).collect();
+                let routes = vs
+                    .spec
+                    .http
+                    .iter()
+                    .flat_map(|r| http_route(&env, r))
+                    .collect();
                 let domains = vec![names::host_port(host, port), host.clone()];
-                push_vhost(&mut vhosts, &mut claimed, names::host_port(host, port), domains, routes);
+                push_vhost(
+                    &mut vhosts,
+                    &mut claimed,
+                    names::host_port(host, port),
+                    domains,
+                    routes,
+                );
             }
             vhosts.push(match push.mesh().outbound_traffic_policy {
                 OutboundTrafficPolicy::AllowAny => VirtualHost {
                     name: "allow_any".to_string(),
                     domains: vec!["*".to_string()],
-                    routes: vec![catch_all_route("allow_any", Some(names::PASSTHROUGH_CLUSTER), 0)],
+                    routes: vec![catch_all_route(
+                        "allow_any",
+                        Some(names::PASSTHROUGH_CLUSTER),
+                        0,
+                    )],
                     ..Default::default()
                 },
                 OutboundTrafficPolicy::RegistryOnly => VirtualHost {
@@ -141,7 +162,12 @@ fn service_routes(env: &RouteEnv<'_>, service: &Service, cluster: &str) -> Vec<R
         .virtual_service_for_host(&service.hostname, &env.proxy.namespace)
         .filter(|vs| !vs.spec.http.is_empty())
     {
-        Some(vs) => vs.spec.http.iter().flat_map(|r| http_route(env, r)).collect(),
+        Some(vs) => vs
+            .spec
+            .http
+            .iter()
+            .flat_map(|r| http_route(env, r))
+            .collect(),
         None => vec![default_route(env, cluster, &service.hostname, env.port)],
     }
 }

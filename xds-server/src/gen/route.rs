@@ -17,8 +17,8 @@
 use std::collections::HashMap;
 
 use envoy_types::pb::envoy::config::core::v3::{
-    DataSource, HeaderValue, HeaderValueOption, RuntimeFractionalPercent, TypedExtensionConfig,
-    data_source, header_value_option::HeaderAppendAction,
+    DataSource, HeaderValue, HeaderValueOption, RuntimeFractionalPercent, data_source,
+    header_value_option::HeaderAppendAction,
 };
 use envoy_types::pb::envoy::config::route::v3::{
     Decorator, DirectResponseAction, HeaderMatcher, QueryParameterMatcher, RedirectAction,
@@ -29,8 +29,7 @@ use envoy_types::pb::envoy::config::route::v3::{
     retry_policy::{RetryBackOff, RetryHostPredicate, RetryPriority},
     route::Action,
     route_action::{
-        self, ClusterSpecifier, HashPolicy, HostRewriteSpecifier, MaxStreamDuration,
-        RequestMirrorPolicy,
+        ClusterSpecifier, HashPolicy, HostRewriteSpecifier, MaxStreamDuration, RequestMirrorPolicy,
         hash_policy::{ConnectionProperties, Cookie, Header, PolicySpecifier, QueryParameter},
     },
     route_match::PathSpecifier,
@@ -69,7 +68,8 @@ pub const CORS_FILTER: &str = "envoy.filters.http.cors";
 pub const ROUTER_FILTER: &str = "envoy.filters.http.router";
 
 /// Istio's default retry policy for sidecars (when a route sets no `retries`).
-const DEFAULT_RETRY_ON: &str = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes";
+const DEFAULT_RETRY_ON: &str =
+    "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes";
 /// The gRPC status names gRPC's xDS client retries on; others are ignored by it.
 const GRPC_RETRY_ON: [&str; 5] = [
     "cancelled",
@@ -134,8 +134,7 @@ fn match_applies(env: &RouteEnv<'_>, m: &HttpMatchRequest) -> bool {
     m.port.is_none_or(|p| p == env.port)
         && (m.gateways.is_empty() || m.gateways.iter().any(|g| g == "mesh"))
         && (m.source_labels.is_empty() || labels_match(&m.source_labels, &env.proxy.labels))
-        && m
-            .source_namespace
+        && m.source_namespace
             .as_ref()
             .is_none_or(|ns| *ns == env.proxy.namespace)
 }
@@ -189,7 +188,9 @@ pub fn route_match(m: Option<&HttpMatchRequest>) -> RouteMatch {
     for (name, v) in &m.query_params {
         let specifier = match v {
             StringMatch::Any => QueryParameterMatchSpecifier::PresentMatch(true),
-            StringMatch::Exact(s) if s.is_empty() => QueryParameterMatchSpecifier::PresentMatch(true),
+            StringMatch::Exact(s) if s.is_empty() => {
+                QueryParameterMatchSpecifier::PresentMatch(true)
+            }
             other => match string_matcher(other, false) {
                 Some(sm) => QueryParameterMatchSpecifier::StringMatch(sm),
                 None => QueryParameterMatchSpecifier::PresentMatch(true),
@@ -244,17 +245,23 @@ fn route_action(env: &RouteEnv<'_>, route: &HttpRoute) -> TranslatedAction {
         if sidecar {
             apply_headers(headers, &mut out, &mut host_rewrite);
         } else {
-            proxyless_downgrade("header_manipulation", env.proxy.namespace.as_str(), "header manipulation");
+            proxyless_downgrade(
+                "header_manipulation",
+                env.proxy.namespace.as_str(),
+                "header manipulation",
+            );
         }
     }
     if let Some(fault) = &route.fault
         && let Some(config) = fault_config(fault)
     {
-        out.per_filter.insert(FAULT_FILTER.to_string(), any(&config));
+        out.per_filter
+            .insert(FAULT_FILTER.to_string(), any(&config));
     }
     if let Some(cors) = &route.cors_policy {
         if sidecar {
-            out.per_filter.insert(CORS_FILTER.to_string(), any(&cors_policy(cors)));
+            out.per_filter
+                .insert(CORS_FILTER.to_string(), any(&cors_policy(cors)));
         } else {
             proxyless_downgrade("cors", env.proxy.namespace.as_str(), "CORS");
         }
@@ -292,9 +299,11 @@ fn route_action(env: &RouteEnv<'_>, route: &HttpRoute) -> TranslatedAction {
         }
         match resolve(env, &dest.destination) {
             Some(name) => clusters.push((name, weight, dest.headers.as_ref())),
-            None if sidecar => {
-                clusters.push((names::BLACKHOLE_CLUSTER.to_string(), weight, dest.headers.as_ref()))
-            }
+            None if sidecar => clusters.push((
+                names::BLACKHOLE_CLUSTER.to_string(),
+                weight,
+                dest.headers.as_ref(),
+            )),
             None => {}
         }
     }
@@ -406,7 +415,10 @@ fn route_action(env: &RouteEnv<'_>, route: &HttpRoute) -> TranslatedAction {
         mirrors.push((m, pct));
     }
     for m in &route.mirrors {
-        mirrors.push((&m.destination, m.percentage.as_ref().map_or(100.0, |p| p.value)));
+        mirrors.push((
+            &m.destination,
+            m.percentage.as_ref().map_or(100.0, |p| p.value),
+        ));
     }
     if !mirrors.is_empty() && !sidecar {
         proxyless_downgrade("mirror", env.proxy.namespace.as_str(), "request mirroring");
@@ -445,7 +457,11 @@ fn route_action(env: &RouteEnv<'_>, route: &HttpRoute) -> TranslatedAction {
                 });
             }
         } else {
-            proxyless_downgrade("rewrite", env.proxy.namespace.as_str(), "URI/authority rewrites");
+            proxyless_downgrade(
+                "rewrite",
+                env.proxy.namespace.as_str(),
+                "URI/authority rewrites",
+            );
         }
     }
     if let Some(host) = host_rewrite {
@@ -518,11 +534,11 @@ fn header_operations(
     let mut add = Vec::new();
     let mut push = |key: &str, value: &str, action: HeaderAppendAction| {
         let lower = key.to_ascii_lowercase();
-        if lower == "host" || lower == ":authority" {
-            if let Some(slot) = host_rewrite.as_deref_mut() {
-                *slot = Some(value.to_string());
-                return;
-            }
+        if (lower == "host" || lower == ":authority")
+            && let Some(slot) = host_rewrite.as_deref_mut()
+        {
+            *slot = Some(value.to_string());
+            return;
         }
         if lower.starts_with(':') {
             tracing::warn!(header = key, "pseudo-headers cannot be set; skipped");
@@ -570,10 +586,7 @@ fn redirect_action(r: &pilotfish_shared::api::HttpRedirect, listener_port: u32) 
             308 => RedirectResponseCode::PermanentRedirect,
             _ => RedirectResponseCode::MovedPermanently,
         } as i32,
-        scheme_rewrite_specifier: r
-            .scheme
-            .clone()
-            .map(SchemeRewriteSpecifier::SchemeRedirect),
+        scheme_rewrite_specifier: r.scheme.clone().map(SchemeRewriteSpecifier::SchemeRedirect),
         path_rewrite_specifier: r.uri.clone().map(PathRewriteSpecifier::PathRedirect),
         ..Default::default()
     }
@@ -582,13 +595,15 @@ fn redirect_action(r: &pilotfish_shared::api::HttpRedirect, listener_port: u32) 
 /// Istio's retry policy for a route. Sidecars without `retries` get Istio's default (two
 /// retries on connection failures and 503); `attempts: 0` disables retries.
 pub fn retry_policy(retries: Option<&HttpRetry>, flavor: Flavor) -> Option<RetryPolicy> {
-    let host_predicate = || RetryHostPredicate {
+    let host_predicate = || {
+        RetryHostPredicate {
         name: "envoy.retry_host_predicates.previous_hosts".to_string(),
         config_type: Some(
             envoy_types::pb::envoy::config::route::v3::retry_policy::retry_host_predicate::ConfigType::TypedConfig(
                 any(&PreviousHostsPredicate {}),
             ),
         ),
+    }
     };
     let Some(r) = retries else {
         return match flavor {
@@ -627,10 +642,14 @@ pub fn retry_policy(retries: Option<&HttpRetry>, flavor: Flavor) -> Option<Retry
             vec![503],
         ),
     };
-    let back_off = r.backoff.as_ref().and_then(api_duration).map(|base| RetryBackOff {
-        base_interval: Some(base),
-        max_interval: None,
-    });
+    let back_off = r
+        .backoff
+        .as_ref()
+        .and_then(api_duration)
+        .map(|base| RetryBackOff {
+            base_interval: Some(base),
+            max_interval: None,
+        });
     match flavor {
         Flavor::Sidecar => Some(RetryPolicy {
             retry_on: retry_on.join(","),
@@ -681,8 +700,15 @@ pub fn hash_policy(hash: &ConsistentHashLb, flavor: Flavor, cluster: &str) -> Ve
             ..Default::default()
         })
     } else if flavor == Flavor::Proxyless {
-        if hash.http_cookie.is_some() || hash.use_source_ip.is_some() || hash.http_query_parameter_name.is_some() {
-            proxyless_downgrade("hash_policy", cluster, "hashing on cookies, source IP or query parameters");
+        if hash.http_cookie.is_some()
+            || hash.use_source_ip.is_some()
+            || hash.http_query_parameter_name.is_some()
+        {
+            proxyless_downgrade(
+                "hash_policy",
+                cluster,
+                "hashing on cookies, source IP or query parameters",
+            );
         }
         return Vec::new();
     } else if let Some(c) = &hash.http_cookie {
@@ -728,11 +754,18 @@ pub fn fault_config(f: &HttpFaultInjection) -> Option<HttpFault> {
         let error = if let Some(s) = a.http_status.filter(|s| (200..600).contains(s)) {
             Some(ErrorType::HttpStatus(s as u32))
         } else {
-            a.grpc_status.as_deref().and_then(grpc_code).map(ErrorType::GrpcStatus)
+            a.grpc_status
+                .as_deref()
+                .and_then(grpc_code)
+                .map(ErrorType::GrpcStatus)
         };
         if let Some(error) = error {
             out.abort = Some(FaultAbort {
-                percentage: Some(a.percentage.as_ref().map_or(percent(100.0), |p| percent(p.value))),
+                percentage: Some(
+                    a.percentage
+                        .as_ref()
+                        .map_or(percent(100.0), |p| percent(p.value)),
+                ),
                 error_type: Some(error),
                 ..Default::default()
             });
@@ -762,9 +795,12 @@ fn grpc_code(name: &str) -> Option<u32> {
         "DATA_LOSS",
         "UNAUTHENTICATED",
     ];
-    name.parse::<u32>()
-        .ok()
-        .or_else(|| CODES.iter().position(|c| c.eq_ignore_ascii_case(name)).map(|i| i as u32))
+    name.parse::<u32>().ok().or_else(|| {
+        CODES
+            .iter()
+            .position(|c| c.eq_ignore_ascii_case(name))
+            .map(|i| i as u32)
+    })
 }
 
 /// A CORS policy as the CORS filter's per-route config.
@@ -857,7 +893,10 @@ pub fn catch_all_route(name: &str, cluster: Option<&str>, status: u32) -> Route 
 }
 
 /// The HTTP filter configs used by listeners (typed, for the filter chain).
-pub fn http_filter(name: &str, config: Any) -> envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter {
+pub fn http_filter(
+    name: &str,
+    config: Any,
+) -> envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter {
     use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_filter::ConfigType;
     envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter {
         name: name.to_string(),
@@ -865,18 +904,6 @@ pub fn http_filter(name: &str, config: Any) -> envoy_types::pb::envoy::extension
         ..Default::default()
     }
 }
-
-/// Kept so that unused-import lints stay quiet where typed extension configs are built.
-#[allow(dead_code)]
-fn _typed(name: &str, config: Any) -> TypedExtensionConfig {
-    TypedExtensionConfig {
-        name: name.to_string(),
-        typed_config: Some(config),
-    }
-}
-
-#[allow(unused_imports)]
-use route_action as _;
 
 #[cfg(test)]
 mod tests {
@@ -893,18 +920,32 @@ mod tests {
         assert_eq!(normalized_weights(&[None, None]), [1, 1]);
         assert_eq!(normalized_weights(&[Some(0), Some(0)]), [1, 1]);
         assert_eq!(normalized_weights(&[Some(100), None]), [100, 0]);
-        assert_eq!(normalized_weights(&[Some(0)]), [1], "a single destination takes everything");
+        assert_eq!(
+            normalized_weights(&[Some(0)]),
+            [1],
+            "a single destination takes everything"
+        );
         assert_eq!(normalized_weights(&[Some(-5), Some(10)]), [0, 10]);
     }
 
     #[test]
     fn uri_matches_map_to_path_specifiers() {
-        let exact = route_match(Some(&m(json!({"uri": {"exact": "/a"}, "ignoreUriCase": true}))));
+        let exact = route_match(Some(&m(
+            json!({"uri": {"exact": "/a"}, "ignoreUriCase": true}),
+        )));
         assert_eq!(exact.path_specifier, Some(PathSpecifier::Path("/a".into())));
         assert_eq!(exact.case_sensitive, bool_value(false));
-        let regex = route_match(Some(&m(json!({"uri": {"regex": "/a/[0-9]+"}, "ignoreUriCase": true}))));
-        assert!(matches!(regex.path_specifier, Some(PathSpecifier::SafeRegex(_))));
-        assert_eq!(regex.case_sensitive, None, "case folding does not apply to regexes");
+        let regex = route_match(Some(&m(
+            json!({"uri": {"regex": "/a/[0-9]+"}, "ignoreUriCase": true}),
+        )));
+        assert!(matches!(
+            regex.path_specifier,
+            Some(PathSpecifier::SafeRegex(_))
+        ));
+        assert_eq!(
+            regex.case_sensitive, None,
+            "case folding does not apply to regexes"
+        );
         let none = route_match(Some(&m(json!({"headers": {"x": {"exact": "1"}}}))));
         assert_eq!(none.path_specifier, Some(PathSpecifier::Prefix("/".into())));
     }
@@ -919,7 +960,11 @@ mod tests {
             "withoutHeaders": {"x-debug": {}},
             "queryParams": {"q": {"exact": ""}, "v": {"prefix": "1"}}
         }))));
-        let names: Vec<(&str, bool)> = r.headers.iter().map(|h| (h.name.as_str(), h.invert_match)).collect();
+        let names: Vec<(&str, bool)> = r
+            .headers
+            .iter()
+            .map(|h| (h.name.as_str(), h.invert_match))
+            .collect();
         assert_eq!(
             names,
             [
@@ -957,7 +1002,10 @@ mod tests {
         }))
         .unwrap();
         let p = retry_policy(Some(&r), Flavor::Sidecar).unwrap();
-        assert_eq!(p.retry_on, "gateway-error,unavailable,retriable-status-codes");
+        assert_eq!(
+            p.retry_on,
+            "gateway-error,unavailable,retriable-status-codes"
+        );
         assert_eq!(p.retriable_status_codes, [503]);
         assert!(p.retry_host_predicate.is_empty());
         assert!(p.retry_priority.is_some());
@@ -971,16 +1019,23 @@ mod tests {
 
     #[test]
     fn hash_policies_per_key_and_proxyless_gating() {
-        let h: ConsistentHashLb = serde_json::from_value(json!({"httpCookie": {"name": "s", "ttl": "10s"}})).unwrap();
+        let h: ConsistentHashLb =
+            serde_json::from_value(json!({"httpCookie": {"name": "s", "ttl": "10s"}})).unwrap();
         let p = hash_policy(&h, Flavor::Sidecar, "c");
-        assert!(matches!(p[0].policy_specifier, Some(PolicySpecifier::Cookie(_))));
+        assert!(matches!(
+            p[0].policy_specifier,
+            Some(PolicySpecifier::Cookie(_))
+        ));
         assert!(hash_policy(&h, Flavor::Proxyless, "c").is_empty());
-        let h: ConsistentHashLb = serde_json::from_value(json!({"httpHeaderName": "x-user"})).unwrap();
+        let h: ConsistentHashLb =
+            serde_json::from_value(json!({"httpHeaderName": "x-user"})).unwrap();
         assert_eq!(hash_policy(&h, Flavor::Proxyless, "c").len(), 1);
         let h: ConsistentHashLb = serde_json::from_value(json!({"useSourceIp": true})).unwrap();
         assert!(matches!(
             hash_policy(&h, Flavor::Sidecar, "c")[0].policy_specifier,
-            Some(PolicySpecifier::ConnectionProperties(ConnectionProperties { source_ip: true }))
+            Some(PolicySpecifier::ConnectionProperties(
+                ConnectionProperties { source_ip: true }
+            ))
         ));
     }
 
@@ -998,7 +1053,16 @@ mod tests {
         assert_eq!(abort.percentage.unwrap().numerator, 100_000);
         let legacy: HttpFaultInjection =
             serde_json::from_value(json!({"delay": {"fixedDelay": "1s", "percent": 30}})).unwrap();
-        assert_eq!(fault_config(&legacy).unwrap().delay.unwrap().percentage.unwrap().numerator, 30);
+        assert_eq!(
+            fault_config(&legacy)
+                .unwrap()
+                .delay
+                .unwrap()
+                .percentage
+                .unwrap()
+                .numerator,
+            30
+        );
     }
 
     #[test]
@@ -1011,7 +1075,10 @@ mod tests {
         let (add, remove) = header_operations(&ops, Some(&mut rewrite));
         assert_eq!(rewrite.as_deref(), Some("b.example.com"));
         assert_eq!(add.len(), 2);
-        assert_eq!(add[0].append_action, HeaderAppendAction::OverwriteIfExistsOrAdd as i32);
+        assert_eq!(
+            add[0].append_action,
+            HeaderAppendAction::OverwriteIfExistsOrAdd as i32
+        );
         assert_eq!(remove, ["x-c"]);
     }
 

@@ -146,11 +146,12 @@ impl ScopeIndex {
                     .dr_selectors
                     .push((dr.meta.namespace.clone(), sel.match_labels.clone()));
             }
-            let policies = dr
-                .spec
-                .traffic_policy
-                .iter()
-                .chain(dr.spec.subsets.iter().filter_map(|s| s.traffic_policy.as_ref()));
+            let policies = dr.spec.traffic_policy.iter().chain(
+                dr.spec
+                    .subsets
+                    .iter()
+                    .filter_map(|s| s.traffic_policy.as_ref()),
+            );
             for policy in policies {
                 index.note_locality_policy(policy);
             }
@@ -203,10 +204,12 @@ impl ScopeIndex {
     }
 
     fn note_locality_policy(&mut self, policy: &TrafficPolicy) {
-        let lbs = policy
-            .load_balancer
-            .iter()
-            .chain(policy.port_level_settings.iter().filter_map(|p| p.load_balancer.as_ref()));
+        let lbs = policy.load_balancer.iter().chain(
+            policy
+                .port_level_settings
+                .iter()
+                .filter_map(|p| p.load_balancer.as_ref()),
+        );
         let outlier = policy.outlier_detection.is_some()
             || policy
                 .port_level_settings

@@ -127,7 +127,9 @@ impl GeneratedSnapshot {
             (XdsType::Cluster, Flavor::Sidecar) => &[Part::OutboundClusters, Part::InboundClusters],
             (XdsType::Cluster, Flavor::Proxyless) => &[Part::OutboundClusters],
             (XdsType::Endpoint, _) => &[Part::Endpoints],
-            (XdsType::Listener, Flavor::Sidecar) => &[Part::OutboundListeners, Part::InboundListener],
+            (XdsType::Listener, Flavor::Sidecar) => {
+                &[Part::OutboundListeners, Part::InboundListener]
+            }
             (XdsType::Listener, Flavor::Proxyless) => &[Part::OutboundListeners],
             (XdsType::Route, _) => &[Part::Routes],
         };
@@ -171,7 +173,9 @@ impl GeneratedSnapshot {
             ),
             Part::Endpoints => {
                 let plan = self.plan(proxy, scope);
-                encode(eds::load_assignments(push, &plan, scope), |c| &c.cluster_name)
+                encode(eds::load_assignments(push, &plan, scope), |c| {
+                    &c.cluster_name
+                })
             }
             Part::OutboundListeners => {
                 let plan = self.plan(proxy, scope);
@@ -183,7 +187,9 @@ impl GeneratedSnapshot {
                 encode(listeners, |l| &l.name)
             }
             Part::InboundListener => {
-                encode(vec![lds::sidecar_inbound_listener(&scope.inbound)], |l| &l.name)
+                encode(vec![lds::sidecar_inbound_listener(&scope.inbound)], |l| {
+                    &l.name
+                })
             }
             Part::Routes => {
                 let plan = self.plan(proxy, scope);
@@ -221,7 +227,10 @@ fn part_label(part: Part) -> &'static str {
 
 /// Encodes resources once, by name (a name already present keeps its first resource:
 /// one response never carries a name twice).
-fn encode<M: prost::Message + prost::Name>(items: Vec<M>, name: impl Fn(&M) -> &String) -> ResourceMap {
+fn encode<M: prost::Message + prost::Name>(
+    items: Vec<M>,
+    name: impl Fn(&M) -> &String,
+) -> ResourceMap {
     let mut out = ResourceMap::new();
     for item in items {
         let n = name(&item).clone();
@@ -280,7 +289,10 @@ pub fn change_kind(old: &PushContext, new: &PushContext) -> ChangeKind {
             ctx.services().iter().any(|s| {
                 s.hostname == *host
                     && s.namespace == *ns
-                    && (s.ports.iter().any(|p| matches!(p.target_port, Some(TargetPort::Name(_))))
+                    && (s
+                        .ports
+                        .iter()
+                        .any(|p| matches!(p.target_port, Some(TargetPort::Name(_))))
                         || matches!(s.resolution, Resolution::Dns | Resolution::DnsRoundRobin))
             })
         })

@@ -19,8 +19,7 @@ use envoy_types::pb::envoy::config::core::v3::{
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     CertificateProviderPluginInstance, CertificateValidationContext, CommonTlsContext,
     SdsSecretConfig, SubjectAltNameMatcher, TlsParameters, UpstreamTlsContext, common_tls_context,
-    subject_alt_name_matcher::SanType,
-    tls_parameters::TlsProtocol,
+    subject_alt_name_matcher::SanType, tls_parameters::TlsProtocol,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher::MatchPattern};
 use pilotfish_shared::api::{ClientTlsSettings, TlsMode};
@@ -90,8 +89,7 @@ fn sidecar_context(
                 if let Some(credential) = &tls.credential_name {
                     common.tls_certificate_sds_secret_configs =
                         vec![sds_secret(&format!("kubernetes://{credential}"))];
-                } else if let (Some(cert), Some(key)) =
-                    (&tls.client_certificate, &tls.private_key)
+                } else if let (Some(cert), Some(key)) = (&tls.client_certificate, &tls.private_key)
                 {
                     common.tls_certificate_sds_secret_configs =
                         vec![sds_secret(&format!("file-cert:{cert}~{key}"))];
@@ -270,8 +268,14 @@ mod tests {
     fn istio_mutual_uses_sds_default_and_rootca_with_istio_sni() {
         let s = settings(TlsMode::IstioMutual);
         let ctx = context(
-            transport_socket(Some(&s), Flavor::Sidecar, "c", (9080, "v1", "r.ns.svc.cluster.local"), None)
-                .unwrap(),
+            transport_socket(
+                Some(&s),
+                Flavor::Sidecar,
+                "c",
+                (9080, "v1", "r.ns.svc.cluster.local"),
+                None,
+            )
+            .unwrap(),
         );
         assert_eq!(ctx.sni, "outbound_.9080_.v1_.r.ns.svc.cluster.local");
         let common = ctx.common_tls_context.unwrap();
@@ -281,24 +285,34 @@ mod tests {
         else {
             panic!("combined validation expected");
         };
-        assert_eq!(v.validation_context_sds_secret_config.unwrap().name, "ROOTCA");
+        assert_eq!(
+            v.validation_context_sds_secret_config.unwrap().name,
+            "ROOTCA"
+        );
     }
 
     #[test]
     fn proxyless_gets_certificate_providers_and_no_file_tls() {
         let s = settings(TlsMode::IstioMutual);
-        let ctx = context(transport_socket(Some(&s), Flavor::Proxyless, "c", (1, "", "h"), None).unwrap());
+        let ctx = context(
+            transport_socket(Some(&s), Flavor::Proxyless, "c", (1, "", "h"), None).unwrap(),
+        );
         let common = ctx.common_tls_context.unwrap();
         assert!(common.tls_certificate_sds_secret_configs.is_empty());
         assert_eq!(
-            common.tls_certificate_provider_instance.unwrap().instance_name,
+            common
+                .tls_certificate_provider_instance
+                .unwrap()
+                .instance_name,
             "default"
         );
         let simple = ClientTlsSettings {
             ca_certificates: Some("/etc/ca.pem".into()),
             ..settings(TlsMode::Simple)
         };
-        assert!(transport_socket(Some(&simple), Flavor::Proxyless, "c", (1, "", "h"), None).is_none());
+        assert!(
+            transport_socket(Some(&simple), Flavor::Proxyless, "c", (1, "", "h"), None).is_none()
+        );
     }
 
     #[test]
@@ -309,8 +323,14 @@ mod tests {
             ..settings(TlsMode::Simple)
         };
         let ctx = context(
-            transport_socket(Some(&simple), Flavor::Sidecar, "c", (443, "", "api.example.com"), Some("api.example.com"))
-                .unwrap(),
+            transport_socket(
+                Some(&simple),
+                Flavor::Sidecar,
+                "c",
+                (443, "", "api.example.com"),
+                Some("api.example.com"),
+            )
+            .unwrap(),
         );
         assert_eq!(ctx.sni, "api.example.com");
         let common = ctx.common_tls_context.unwrap();
@@ -320,14 +340,31 @@ mod tests {
         else {
             panic!("combined validation expected");
         };
-        assert_eq!(v.validation_context_sds_secret_config.unwrap().name, "file-root:/etc/ca.pem");
+        assert_eq!(
+            v.validation_context_sds_secret_config.unwrap().name,
+            "file-root:/etc/ca.pem"
+        );
         let mutual = ClientTlsSettings {
             credential_name: Some("client".into()),
             ..settings(TlsMode::Mutual)
         };
-        let ctx = context(transport_socket(Some(&mutual), Flavor::Sidecar, "c", (443, "", "h"), None).unwrap());
+        let ctx = context(
+            transport_socket(Some(&mutual), Flavor::Sidecar, "c", (443, "", "h"), None).unwrap(),
+        );
         let common = ctx.common_tls_context.unwrap();
-        assert_eq!(common.tls_certificate_sds_secret_configs[0].name, "kubernetes://client");
-        assert!(transport_socket(Some(&settings(TlsMode::Disable)), Flavor::Sidecar, "c", (1, "", "h"), None).is_none());
+        assert_eq!(
+            common.tls_certificate_sds_secret_configs[0].name,
+            "kubernetes://client"
+        );
+        assert!(
+            transport_socket(
+                Some(&settings(TlsMode::Disable)),
+                Flavor::Sidecar,
+                "c",
+                (1, "", "h"),
+                None
+            )
+            .is_none()
+        );
     }
 }

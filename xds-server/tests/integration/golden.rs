@@ -22,7 +22,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
 use envoy_types::pb::google::protobuf::{Any, Duration};
 use pilotfish_shared::mesh_config::MeshConfig;
 use pilotfish_shared::model::{Proxy, ProxyGenerator};
-use pilotfish_shared::push_context::{BuildInputs, PushContext, build};
+use pilotfish_shared::push_context::{BuildInputs, build};
 use pilotfish_shared::source::{MeshObject, parse_text, to_inputs};
 use pilotfish_xds::ads::{ChangeKind, XdsType};
 use pilotfish_xds::r#gen::{GeneratedSnapshot, check_view, resources_json, view_of};
@@ -66,7 +66,9 @@ fn workspace() -> PathBuf {
 }
 
 fn golden_dir(case: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(case)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(case)
 }
 
 fn yaml_files(dir: &Path) -> Vec<PathBuf> {
@@ -87,7 +89,8 @@ fn load(case: &str, source: Option<&str>) -> (Vec<MeshObject>, MeshConfig) {
     };
     let mut objects = Vec::new();
     for f in files {
-        let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("read {}: {e}", f.display()));
+        let text =
+            std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("read {}: {e}", f.display()));
         let parsed = parse_text(&f, &text);
         assert!(parsed.errors.is_empty(), "{case}: {:?}", parsed.errors);
         objects.extend(parsed.objects);
@@ -103,7 +106,11 @@ fn load(case: &str, source: Option<&str>) -> (Vec<MeshObject>, MeshConfig) {
 }
 
 /// A case's snapshot and its two nodes.
-pub fn case_snapshot(case: &str, source: Option<&str>, node_pod: &str) -> (GeneratedSnapshot, Proxy, Proxy) {
+pub fn case_snapshot(
+    case: &str,
+    source: Option<&str>,
+    node_pod: &str,
+) -> (GeneratedSnapshot, Proxy, Proxy) {
     let (objects, mesh) = load(case, source);
     let inputs = to_inputs(
         &objects,
@@ -115,12 +122,11 @@ pub fn case_snapshot(case: &str, source: Option<&str>, node_pod: &str) -> (Gener
     );
     let built = build(&inputs, None);
     let errors: Vec<_> = built.errors().collect();
-    assert!(errors.is_empty(), "{case}: the input must be valid: {errors:?}");
-    let pod = inputs
-        .pods
-        .iter()
-        .find(|p| p.name == node_pod)
-        .cloned();
+    assert!(
+        errors.is_empty(),
+        "{case}: the input must be valid: {errors:?}"
+    );
+    let pod = inputs.pods.iter().find(|p| p.name == node_pod).cloned();
     let sidecar = match pod {
         Some(p) => Proxy {
             namespace: p.namespace.clone(),
@@ -234,7 +240,10 @@ fn golden_files_match_and_pass_envoy_validation() {
         mismatches.join("\n")
     );
     let (ok, output) = run_checker(pb_dir.path());
-    assert!(ok, "Envoy's validation rules reject generated resources:\n{output}");
+    assert!(
+        ok,
+        "Envoy's validation rules reject generated resources:\n{output}"
+    );
     assert!(output.contains(" 0 problems"), "{output}");
 }
 
@@ -267,7 +276,10 @@ fn the_envoy_validation_checker_rejects_broken_resources() {
     };
     let no_timeout = Cluster {
         name: "outbound|80||a".into(),
-        connect_timeout: Some(Duration { seconds: 0, nanos: 0 }),
+        connect_timeout: Some(Duration {
+            seconds: 0,
+            nanos: 0,
+        }),
         ..Default::default()
     };
     let dangling = RouteConfiguration {
@@ -279,7 +291,9 @@ fn the_envoy_validation_checker_rejects_broken_resources() {
                 name: "r".into(),
                 r#match: Some(Default::default()),
                 action: Some(Action::Route(RouteAction {
-                    cluster_specifier: Some(ClusterSpecifier::Cluster("outbound|80||missing".into())),
+                    cluster_specifier: Some(ClusterSpecifier::Cluster(
+                        "outbound|80||missing".into(),
+                    )),
                     ..Default::default()
                 })),
                 ..Default::default()
@@ -304,15 +318,20 @@ fn the_envoy_validation_checker_rejects_broken_resources() {
             "rds",
             DiscoveryResponse {
                 type_url: RouteConfiguration::type_url(),
-                resources: vec![any(&|| (RouteConfiguration::type_url(), dangling.encode_to_vec()))],
+                resources: vec![any(&|| {
+                    (RouteConfiguration::type_url(), dangling.encode_to_vec())
+                })],
                 ..Default::default()
             },
         ),
     ]
     .into();
     for (suffix, response) in responses {
-        std::fs::write(dir.path().join(format!("broken.{suffix}.pb")), response.encode_to_vec())
-            .expect("write");
+        std::fs::write(
+            dir.path().join(format!("broken.{suffix}.pb")),
+            response.encode_to_vec(),
+        )
+        .expect("write");
     }
     let (ok, output) = run_checker(dir.path());
     assert!(!ok, "the checker accepted broken resources:\n{output}");
@@ -322,6 +341,9 @@ fn the_envoy_validation_checker_rejects_broken_resources() {
         "names cluster 'outbound|80||missing', which CDS does not send",
         "Oneof path_specifier is required",
     ] {
-        assert!(output.contains(expected), "missing {expected:?} in:\n{output}");
+        assert!(
+            output.contains(expected),
+            "missing {expected:?} in:\n{output}"
+        );
     }
 }
