@@ -89,7 +89,12 @@ pub fn service_domains(
     );
     let mut out = Vec::with_capacity(hosts.len() * 2);
     for h in hosts {
-        out.push(format!("{h}:{port}"));
+        // An IPv6 address takes brackets before a port, as in a Host header.
+        if h.contains(':') {
+            out.push(format!("[{h}]:{port}"));
+        } else {
+            out.push(format!("{h}:{port}"));
+        }
         out.push(h);
     }
     out
@@ -161,6 +166,9 @@ mod tests {
         let other = service_domains(&s, 9080, "default", "cluster.local");
         assert!(!other.iter().any(|d| d == "reviews"));
         assert!(other.iter().any(|d| d == "reviews.bookinfo"));
+        let v6 = svc("db.data.svc.cluster.local", "data", &["fd00::9"]);
+        let domains = service_domains(&v6, 5432, "data", "cluster.local");
+        assert!(domains.iter().any(|d| d == "[fd00::9]:5432"), "{domains:?}");
         let external = svc("api.example.com", "default", &["240.0.0.0/16"]);
         assert_eq!(
             service_domains(&external, 443, "default", "cluster.local"),

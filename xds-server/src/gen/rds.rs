@@ -204,6 +204,12 @@ fn push_vhost(
     domains: Vec<String>,
     routes: Vec<Route>,
 ) {
+    // Virtual host names must be unique too; `claimed` holds them under a prefix that no
+    // domain can carry.
+    if !claimed.insert(format!("\u{0}{name}")) {
+        tracing::debug!(vhost = %name, "virtual host generated twice; keeping the first");
+        return;
+    }
     let domains: Vec<String> = domains
         .into_iter()
         .filter(|d| claimed.insert(d.clone()))

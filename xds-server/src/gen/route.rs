@@ -442,7 +442,12 @@ fn route_action(env: &RouteEnv<'_>, route: &HttpRoute) -> TranslatedAction {
     // Rewrites.
     if let Some(rewrite) = &route.rewrite {
         if sidecar {
-            if let Some(uri) = &rewrite.uri {
+            // Envoy accepts one of prefix_rewrite and regex_rewrite; the regex wins.
+            if let Some(uri) = rewrite
+                .uri
+                .as_ref()
+                .filter(|_| rewrite.uri_regex_rewrite.is_none())
+            {
                 action.prefix_rewrite.clone_from(uri);
             }
             if let Some(authority) = &rewrite.authority {
@@ -560,10 +565,11 @@ fn header_operations(
     for (k, v) in &ops.add {
         push(k, v, HeaderAppendAction::AppendIfExistsOrAdd);
     }
+    // Envoy refuses to remove pseudo-headers and `host`.
     let remove = ops
         .remove
         .iter()
-        .filter(|k| !k.starts_with(':'))
+        .filter(|k| !k.starts_with(':') && !k.eq_ignore_ascii_case("host"))
         .cloned()
         .collect();
     (add, remove)
@@ -642,9 +648,11 @@ pub fn retry_policy(retries: Option<&HttpRetry>, flavor: Flavor) -> Option<Retry
             vec![503],
         ),
     };
+    // Envoy and gRPC both require a positive base interval.
     let back_off = r
         .backoff
         .as_ref()
+        .filter(|d| !d.as_std().is_zero())
         .and_then(api_duration)
         .map(|base| RetryBackOff {
             base_interval: Some(base),

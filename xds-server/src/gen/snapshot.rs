@@ -121,6 +121,15 @@ impl GeneratedSnapshot {
 
     /// Every resource of `kind` for `proxy`, by name.
     pub fn all(&self, proxy: &Proxy, kind: XdsType) -> ResourceMap {
+        let mut out = ResourceMap::new();
+        for part in self.parts_of(proxy, kind) {
+            out.extend(part.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        out
+    }
+
+    /// The generated parts that make up `kind` for `proxy` (their names are disjoint).
+    fn parts_of(&self, proxy: &Proxy, kind: XdsType) -> Vec<Arc<ResourceMap>> {
         let scope = self.index.scope(proxy);
         let flavor = Flavor::of(proxy);
         let parts: &[Part] = match (kind, flavor) {
@@ -133,12 +142,10 @@ impl GeneratedSnapshot {
             (XdsType::Listener, Flavor::Proxyless) => &[Part::OutboundListeners],
             (XdsType::Route, _) => &[Part::Routes],
         };
-        let mut out = ResourceMap::new();
-        for part in parts {
-            let generated = self.part(proxy, &scope, *part);
-            out.extend(generated.iter().map(|(k, v)| (k.clone(), v.clone())));
-        }
-        out
+        parts
+            .iter()
+            .map(|part| self.part(proxy, &scope, *part))
+            .collect()
     }
 
     fn plan(&self, proxy: &Proxy, scope: &Scope) -> Arc<OutboundPlan> {
@@ -259,10 +266,14 @@ impl XdsSnapshot for GeneratedSnapshot {
         let Some(kind) = XdsType::from_type_url(type_url) else {
             return Vec::new();
         };
-        let all = self.all(proxy, kind);
+        // Served straight from the cached parts: no per-request copy of the maps.
+        let parts = self.parts_of(proxy, kind);
         match names {
-            None => all.into_values().collect(),
-            Some(names) => names.iter().filter_map(|n| all.get(n).cloned()).collect(),
+            None => parts.iter().flat_map(|p| p.values().cloned()).collect(),
+            Some(names) => names
+                .iter()
+                .filter_map(|n| parts.iter().find_map(|p| p.get(n).cloned()))
+                .collect(),
         }
     }
 
