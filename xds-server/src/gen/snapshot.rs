@@ -88,6 +88,9 @@ impl GeneratedSnapshot {
         change: ChangeKind,
     ) -> Self {
         let index = ScopeIndex::new(&push);
+        if change == ChangeKind::Full {
+            warn_istio_mutual(&push);
+        }
         GeneratedSnapshot {
             push,
             version,
@@ -208,6 +211,39 @@ impl GeneratedSnapshot {
                 encode(routes, |r| &r.name)
             }
         }
+    }
+}
+
+/// Pilotfish issues no certificates yet: `ISTIO_MUTUAL` works only where the sidecar's own
+/// agent serves the SDS secrets `default` and `ROOTCA`. The DestinationRule's status says
+/// so (builder warning); operators reading the xDS tier's log see it here, once per
+/// configuration change.
+fn warn_istio_mutual(push: &PushContext) {
+    use pilotfish_shared::api::{TlsMode, TrafficPolicy};
+    let uses = |p: &TrafficPolicy| {
+        p.tls.as_ref().and_then(|t| t.mode) == Some(TlsMode::IstioMutual)
+            || p.port_level_settings
+                .iter()
+                .any(|l| l.tls.as_ref().and_then(|t| t.mode) == Some(TlsMode::IstioMutual))
+    };
+    let rules: Vec<String> = push
+        .destination_rules()
+        .iter()
+        .filter(|dr| {
+            dr.spec.traffic_policy.as_ref().is_some_and(uses)
+                || dr
+                    .spec
+                    .subsets
+                    .iter()
+                    .any(|s| s.traffic_policy.as_ref().is_some_and(uses))
+        })
+        .map(|dr| format!("{}/{}", dr.meta.namespace, dr.meta.name))
+        .collect();
+    if !rules.is_empty() {
+        tracing::warn!(
+            destination_rules = %rules.join(","),
+            "ISTIO_MUTUAL is rendered with the SDS secrets `default` and `ROOTCA`, but Pilotfish does not issue certificates yet: these connections work only where the sidecar's own agent provides them"
+        );
     }
 }
 
