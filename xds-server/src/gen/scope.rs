@@ -326,3 +326,104 @@ impl ScopeIndex {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pilotfish_shared::push_context::{BuildInputs, build};
+    use pilotfish_shared::source::{parse_text, to_inputs};
+
+    const MESH: &str = "\
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  clusterIP: 10.96.0.1
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: 8080}, {name: udp-dns, port: 53, protocol: UDP}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: web-for-api, namespace: shop}
+spec:
+  host: web
+  workloadSelector: {matchLabels: {app: api}}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: web, namespace: shop}
+spec:
+  hosts: [web]
+  http:
+  - match: [{sourceLabels: {tier: front}}]
+    route: [{destination: {host: web}}]
+";
+
+    fn index() -> ScopeIndex {
+        let parsed = parse_text(std::path::Path::new("t.yaml"), MESH);
+        assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+        let inputs = to_inputs(
+            &parsed.objects,
+            BuildInputs {
+                cluster_domain: "cluster.local".into(),
+                ..Default::default()
+            },
+        );
+        ScopeIndex::new(&build(&inputs, None).context)
+    }
+
+    fn proxy(labels: &[(&str, &str)]) -> Proxy {
+        Proxy {
+            namespace: "shop".into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Proxy::with_defaults("p")
+        }
+    }
+
+    #[test]
+    fn labels_matter_only_through_what_they_select() {
+        let index = index();
+        let a = index.scope(&proxy(&[("app", "worker"), ("pod", "1")]));
+        let b = index.scope(&proxy(&[("app", "worker"), ("pod", "2")]));
+        assert_eq!(a, b, "labels nothing selects do not split scopes");
+        let api = index.scope(&proxy(&[("app", "api")]));
+        assert_ne!(
+            api.for_part(Part::OutboundClusters),
+            a.for_part(Part::OutboundClusters),
+            "a workload-selector DestinationRule splits the cluster scope"
+        );
+        let front = index.scope(&proxy(&[("app", "worker"), ("tier", "front")]));
+        assert_eq!(
+            front.for_part(Part::OutboundClusters),
+            a.for_part(Part::OutboundClusters),
+            "sourceLabels do not concern clusters"
+        );
+        assert_ne!(front.for_part(Part::Routes), a.for_part(Part::Routes));
+    }
+
+    #[test]
+    fn inbound_ports_are_the_selecting_services_target_ports() {
+        let index = index();
+        let web = index.scope(&proxy(&[("app", "web")]));
+        assert_eq!(
+            web.inbound,
+            [InboundPort {
+                port: 8080,
+                protocol: Protocol::Http
+            }],
+            "target port, and no UDP"
+        );
+        assert!(index.scope(&proxy(&[])).inbound.is_empty());
+        let grpc = Proxy {
+            generator: ProxyGenerator::Grpc,
+            ..proxy(&[("app", "web")])
+        };
+        assert!(
+            index.scope(&grpc).inbound.is_empty(),
+            "proxyless clients have no inbound side"
+        );
+    }
+}
