@@ -1,18 +1,39 @@
-//! `pilotfish-controller`: watches configuration, builds mesh snapshots and publishes them.
-//! Today it offers the offline `validate` subcommand; the publishing run modes are added
-//! with the snapshot bus.
+//! `pilotfish-controller`: builds mesh snapshots from configuration and publishes them to
+//! Redis for the xDS replicas. Sources: a folder of YAML (`--config-dir`) or, by default,
+//! the Kubernetes API. `validate` checks configs offline.
+//!
+//! `main` supervises every long-lived task (source loop, admin server, Redis watchdog):
+//! if any of them ends, the process exits non-zero, so a dead task never hides behind a
+//! healthy-looking pod.
 
+mod admin;
+mod debounce;
+mod dir_mode;
+mod metrics;
+mod pipeline;
 mod validate_cmd;
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
-use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use pilotfish_shared::api;
+use pilotfish_shared::bus::redis::{RedisConfig, RedisPublisher};
+use pilotfish_shared::logging::{self, LogFormat};
 use pilotfish_shared::mesh_config::MeshConfig;
+use pilotfish_shared::push_context::BuildInputs;
+use tokio::task::JoinSet;
 
 #[derive(Parser, Debug)]
-#[command(name = "pilotfish-controller", version, about = "Pilotfish controller")]
+#[command(
+    name = "pilotfish-controller",
+    version,
+    about = "Pilotfish controller: builds mesh snapshots and publishes them to Redis"
+)]
 struct Cli {
     /// Kubernetes cluster domain used to resolve short host names.
     #[arg(
@@ -25,8 +46,18 @@ struct Cli {
     /// Istio MeshConfig YAML (the subset Pilotfish honours: rootNamespace, outboundTrafficPolicy, ...).
     #[arg(long, env = "PILOTFISH_MESH_CONFIG", global = true)]
     mesh_config: Option<PathBuf>,
+    /// Log format.
+    #[arg(
+        long,
+        env = "PILOTFISH_LOG_FORMAT",
+        default_value = "text",
+        global = true
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -42,38 +73,169 @@ enum Command {
     },
 }
 
-fn load_mesh_config(path: Option<&PathBuf>) -> Result<MeshConfig> {
-    let Some(path) = path else {
-        return Ok(MeshConfig::default());
-    };
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read mesh config {}", path.display()))?;
-    let loaded = MeshConfig::from_yaml(&text)
-        .with_context(|| format!("invalid mesh config {}", path.display()))?;
-    if !loaded.ignored_fields.is_empty() {
-        eprintln!(
-            "note: mesh config fields not used by Pilotfish: {}",
-            loaded.ignored_fields.join(", ")
-        );
-    }
-    Ok(loaded.config)
+/// Flags of the run mode (no subcommand).
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// Admin HTTP address (/metrics, /healthz, /readyz, /debug/*).
+    #[arg(long, env = "PILOTFISH_ADMIN_ADDR", default_value = "0.0.0.0:15014")]
+    admin_addr: SocketAddr,
+    /// Redis to publish snapshots to: redis://[user@]host:port[/db], rediss://... (TLS) or unix:///path.
+    #[arg(long, env = "PILOTFISH_REDIS_URL")]
+    redis_url: Option<String>,
+    /// Key prefix in Redis (one writer per prefix).
+    #[arg(long, env = "PILOTFISH_REDIS_PREFIX", default_value = RedisConfig::DEFAULT_PREFIX)]
+    redis_prefix: String,
+    /// File holding the Redis password (else PILOTFISH_REDIS_PASSWORD; never a flag).
+    #[arg(long, env = "PILOTFISH_REDIS_PASSWORD_FILE")]
+    redis_password_file: Option<PathBuf>,
+    /// PEM CA certificate(s) to trust for rediss:// (a private CA).
+    #[arg(long, env = "PILOTFISH_REDIS_CA_FILE")]
+    redis_ca_file: Option<PathBuf>,
+    /// Read configuration from this folder instead of the Kubernetes API.
+    #[arg(long, env = "PILOTFISH_CONFIG_DIR")]
+    config_dir: Option<PathBuf>,
+    /// Quiet period before a rebuild (Istio/Go duration: 100ms, 1s).
+    #[arg(long, env = "PILOTFISH_DEBOUNCE_AFTER", default_value = "100ms")]
+    debounce_after: api::Duration,
+    /// Longest a burst of changes may delay a rebuild.
+    #[arg(long, env = "PILOTFISH_DEBOUNCE_MAX", default_value = "1s")]
+    debounce_max: api::Duration,
+    /// Name of this replica in logs and the Lease (default: the host name).
+    #[arg(long, env = "PILOTFISH_REPLICA_NAME")]
+    replica_name: Option<String>,
 }
 
-fn run(cli: Cli) -> Result<ExitCode> {
-    let mesh = load_mesh_config(cli.mesh_config.as_ref())?;
-    match cli.command {
-        Command::Validate { files, output } => {
-            let report = validate_cmd::validate_paths(&files, mesh, &cli.cluster_domain)?;
-            let code = validate_cmd::print(&report, output, &mut std::io::stdout().lock())?;
-            Ok(ExitCode::from(code as u8))
+fn replica_name(flag: Option<String>) -> String {
+    flag.or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "pilotfish-controller".to_string())
+}
+
+async fn run(cli: Cli) -> Result<ExitCode> {
+    let mesh = MeshConfig::load(cli.mesh_config.as_deref()).context("invalid --mesh-config")?;
+    if let Some(Command::Validate { files, output }) = cli.command {
+        let report = validate_cmd::validate_paths(&files, mesh, &cli.cluster_domain)?;
+        let code = validate_cmd::print(&report, output, &mut std::io::stdout().lock())?;
+        return Ok(ExitCode::from(code as u8));
+    }
+    let args = cli.run;
+    let replica = replica_name(args.replica_name.clone());
+    let Some(url) = &args.redis_url else {
+        bail!("the controller publishes snapshots to Redis: give --redis-url (or use `validate`)");
+    };
+    let redis = RedisConfig::new(url)?
+        .with_prefix(&args.redis_prefix)
+        .with_password_from(args.redis_password_file.as_deref())?;
+    let redis = match &args.redis_ca_file {
+        Some(ca) => redis.with_tls_ca_file(ca)?,
+        None => redis,
+    };
+    let publisher = RedisPublisher::new(redis.clone())?;
+    let admin_state = admin::AdminState::default();
+    let admin_listener = admin::bind(args.admin_addr)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.admin_addr))?;
+    tracing::info!(replica = %replica, admin = %admin_listener.local_addr()?, redis = %redis, "pilotfish-controller starting");
+
+    let mut tasks: JoinSet<(&'static str, Result<()>)> = JoinSet::new();
+    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    let mut admin_shutdown = shutdown_rx.clone();
+    let state = admin_state.clone();
+    tasks.spawn(async move {
+        let stop = async move {
+            let _ = admin_shutdown.wait_for(|s| *s).await;
+        };
+        (
+            "admin server",
+            admin::serve(admin_listener, state, stop)
+                .await
+                .map_err(Into::into),
+        )
+    });
+    let watchdog = publisher.spawn_watchdog();
+    tasks.spawn(async move {
+        let r = watchdog.join().await;
+        ("Redis watchdog", r.map_err(Into::into))
+    });
+    let base = BuildInputs {
+        mesh,
+        cluster_domain: cli.cluster_domain.clone(),
+        ..Default::default()
+    };
+    let pipeline = pipeline::Pipeline::new(Arc::new(publisher));
+    match args.config_dir {
+        Some(dir) => {
+            let mode = dir_mode::DirMode {
+                dir,
+                base,
+                debounce_after: args.debounce_after.as_std(),
+                debounce_max: args.debounce_max.as_std(),
+                resync_every: Duration::from_secs(30),
+            };
+            let state = admin_state.clone();
+            tasks.spawn(async move { ("config-dir source", mode.run(pipeline, state).await) });
         }
+        None => bail!("the Kubernetes source is not built yet: run with --config-dir DIR"),
+    }
+
+    let code = tokio::select! {
+        ended = tasks.join_next() => {
+            match ended {
+                Some(Ok((name, Ok(())))) => tracing::error!(task = name, "a long-lived task ended; exiting"),
+                Some(Ok((name, Err(e)))) => tracing::error!(task = name, error = format!("{e:#}"), "a long-lived task failed; exiting"),
+                Some(Err(e)) => tracing::error!(error = %e, "a long-lived task panicked; exiting"),
+                None => tracing::error!("no tasks left; exiting"),
+            }
+            ExitCode::FAILURE
+        }
+        _ = shutdown_signal() => {
+            tracing::info!("SIGTERM received; shutting down");
+            ExitCode::SUCCESS
+        }
+    };
+    let _ = shutdown_tx.send(true);
+    tasks.abort_all();
+    Ok(code)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
     }
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    logging::init(cli.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
+            tracing::error!("{e:#}");
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }

@@ -7,6 +7,7 @@
 //!   Kubernetes objects.
 //! - [`push_context`]: the immutable snapshot of the mesh and its pure builder.
 //! - [`config`]: object identity and the errors reported about objects.
+//! - [`logging`]: log setup shared by the binaries.
 //! - [`mesh_config`]: the MeshConfig subset Pilotfish honours.
 //! - [`codec`]: the snapshot blob format (protobuf + zstd + header).
 //! - [`bus`]: publishing and following snapshots (in-memory and Redis).
@@ -17,6 +18,7 @@ pub mod api;
 pub mod bus;
 pub mod codec;
 pub mod config;
+pub mod logging;
 pub mod mesh_config;
 pub mod model;
 pub mod push_context;

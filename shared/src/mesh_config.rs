@@ -83,6 +83,22 @@ impl MeshConfig {
         Self::from_value(&value)
     }
 
+    /// Reads a MeshConfig file; `None` gives the defaults. Ignored fields are logged once.
+    pub fn load(path: Option<&std::path::Path>) -> Result<MeshConfig, MeshConfigError> {
+        let Some(path) = path else {
+            return Ok(MeshConfig::default());
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| MeshConfigError::Field {
+            field: "(file)".into(),
+            reason: format!("cannot read {}: {e}", path.display()),
+        })?;
+        let loaded = MeshConfig::from_yaml(&text)?;
+        if !loaded.ignored_fields.is_empty() {
+            tracing::info!(fields = ?loaded.ignored_fields, "mesh config fields Pilotfish does not use are ignored");
+        }
+        Ok(loaded.config)
+    }
+
     pub fn from_value(value: &Value) -> Result<LoadedMeshConfig, MeshConfigError> {
         let mut config = MeshConfig::default();
         let Some(obj) = value.as_object() else {

@@ -1,5 +1,13 @@
-//! Pilotfish test infrastructure: the test Kubernetes API server ([`apiserver`]) and
-//! helpers to find and run the real `kubectl`/`helm` binaries against it ([`tools`]).
+//! Pilotfish test infrastructure:
+//!
+//! - [`apiserver`]: the test Kubernetes API server;
+//! - [`tools`]: the real `kubectl`/`helm` binaries, run against it;
+//! - [`redis`]: real `redis-server` processes (killable, restartable) and a cuttable TCP link;
+//! - [`grpc`]: gRPC's own xDS client and backend servers (Python `grpcio`);
+//! - [`process`]: Pilotfish's binaries as child processes, free ports, plain HTTP GETs.
 
 pub mod apiserver;
+pub mod grpc;
+pub mod process;
+pub mod redis;
 pub mod tools;

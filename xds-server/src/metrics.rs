@@ -24,7 +24,7 @@ pub static XDS_PUSHES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         Opts::new(
             "pilot_xds_pushes",
-            "Pilot build and send errors for lds, rds, cds and eds."
+            "xDS responses sent, by type (cds, eds, lds, rds)."
         ),
         &["type"]
     )
@@ -36,7 +36,7 @@ pub static XDS_PUSH_TIME: LazyLock<HistogramVec> = LazyLock::new(|| {
     register_histogram_vec!(
         HistogramOpts::new(
             "pilot_xds_push_time",
-            "Total time in seconds Pilot takes to push lds, rds, cds and eds."
+            "Seconds to compute the responses of one push, by type."
         )
         .buckets(TIME_BUCKETS.to_vec()),
         &["type"]
@@ -50,7 +50,7 @@ pub static PROXY_CONVERGENCE_TIME: LazyLock<Histogram> = LazyLock::new(|| {
     register_histogram!(
         HistogramOpts::new(
             "pilot_proxy_convergence_time",
-            "Delay in seconds between config change and a proxy receiving all required configuration."
+            "Seconds from a snapshot arriving on this replica until all its responses were handed to a stream."
         )
         .buckets(TIME_BUCKETS.to_vec())
     )
@@ -59,11 +59,8 @@ pub static PROXY_CONVERGENCE_TIME: LazyLock<Histogram> = LazyLock::new(|| {
 
 /// `pilot_xds`: connected ADS streams on this replica.
 pub static XDS_CLIENTS: LazyLock<IntGauge> = LazyLock::new(|| {
-    register_int_gauge!(
-        "pilot_xds",
-        "Number of endpoints connected to this pilot using XDS."
-    )
-    .expect("register pilot_xds")
+    register_int_gauge!("pilot_xds", "ADS streams connected to this replica.")
+        .expect("register pilot_xds")
 });
 
 /// `pilot_total_xds_rejects{type}`: NACKs received, by type.
@@ -71,7 +68,7 @@ pub static XDS_REJECTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         Opts::new(
             "pilot_total_xds_rejects",
-            "Total number of XDS responses from pilot rejected by proxy."
+            "xDS responses rejected (NACKed) by proxies, by type."
         ),
         &["type"]
     )

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use pilotfish_shared::model::Proxy;
 use serde::{Serialize, Serializer};
 
 /// Serializes a time as RFC 3339 UTC with milliseconds, e.g. `2025-01-31T12:00:00.123Z`.
@@ -129,6 +130,10 @@ pub enum StreamMode {
 pub struct StreamStatus {
     /// Registry id, unique on this replica.
     pub stream_id: u64,
+    /// The parsed identity, for pages that regenerate a proxy's configuration
+    /// (`/debug/config_dump?proxyID=`); the JSON shows its main fields below instead.
+    #[serde(skip)]
+    pub proxy: Arc<Proxy>,
     pub proxy_id: String,
     pub namespace: String,
     pub proxyless: bool,
@@ -215,6 +220,15 @@ impl ConnectionRegistry {
             .collect()
     }
 
+    /// The identity of a connected proxy (its newest stream), if connected here.
+    pub fn proxy(&self, proxy_id: &str) -> Option<Arc<Proxy>> {
+        self.lock()
+            .values()
+            .rev()
+            .find(|s| s.proxy_id == proxy_id)
+            .map(|s| s.proxy.clone())
+    }
+
     /// The `/debug/adsz` document: `{"totalClients": n, "clients": [...]}`.
     pub fn adsz(&self) -> serde_json::Value {
         let streams = self.streams();
@@ -297,6 +311,7 @@ mod tests {
     fn status(proxy: &str) -> StreamStatus {
         StreamStatus {
             stream_id: 0,
+            proxy: Arc::new(Proxy::with_defaults(proxy)),
             proxy_id: proxy.into(),
             namespace: "default".into(),
             proxyless: false,
@@ -345,5 +360,10 @@ mod tests {
         drop(a);
         assert_eq!(registry.streams_of("a").len(), 0);
         assert_eq!(registry.streams_of("b").len(), 1);
+        assert_eq!(
+            registry.proxy("b").map(|p| p.namespace.clone()).as_deref(),
+            Some("default")
+        );
+        assert!(registry.proxy("a").is_none());
     }
 }

@@ -43,7 +43,7 @@ pub fn mesh_from_pb(m: pb::MeshSettings) -> MeshConfig {
     }
 }
 
-fn protocol_to_pb(p: Protocol) -> pb::Protocol {
+pub(super) fn protocol_to_pb(p: Protocol) -> pb::Protocol {
     match p {
         Protocol::Http => pb::Protocol::Http,
         Protocol::Http2 => pb::Protocol::Http2,

@@ -11,6 +11,7 @@
 //! then the protobuf and each config's JSON.
 
 pub mod convert;
+mod direct;
 
 /// Protobuf messages generated from `shared/proto/pilotfish/snapshot/v1/snapshot.proto`.
 #[allow(clippy::all, missing_docs)] // generated code
@@ -83,6 +84,16 @@ impl Encoded {
     }
 }
 
+impl From<Encoded> for crate::bus::EncodedSnapshot {
+    fn from(e: Encoded) -> Self {
+        let hash = e.hash_hex();
+        crate::bus::EncodedSnapshot {
+            bytes: e.bytes.into(),
+            hash,
+        }
+    }
+}
+
 /// Why a blob was rejected. Each variant maps to a metric reason label.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -113,8 +124,14 @@ impl DecodeError {
     }
 }
 
-/// The protobuf form of a snapshot.
-pub fn to_pb(ctx: &PushContext) -> pb::Snapshot {
+impl crate::bus::DecodeError for DecodeError {
+    fn reason(&self) -> &'static str {
+        DecodeError::reason(self)
+    }
+}
+
+/// The configs of a snapshot as protobuf messages, in their encoding order.
+fn configs_to_pb(ctx: &PushContext) -> Vec<pb::Config> {
     let data = ctx.data();
     let mut configs: Vec<pb::Config> = data
         .virtual_services
@@ -123,6 +140,13 @@ pub fn to_pb(ctx: &PushContext) -> pb::Snapshot {
         .chain(data.destination_rules.iter().map(|dr| config_to_pb_dr(dr)))
         .collect();
     configs.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
+    configs
+}
+
+/// The protobuf form of a snapshot (what [`encode`] writes, as generated structs).
+pub fn to_pb(ctx: &PushContext) -> pb::Snapshot {
+    let data = ctx.data();
+    let configs = configs_to_pb(ctx);
     pb::Snapshot {
         mesh: Some(convert::mesh_to_pb(&data.mesh)),
         cluster_domain: data.cluster_domain.clone(),
@@ -142,7 +166,7 @@ pub fn to_pb(ctx: &PushContext) -> pb::Snapshot {
 
 /// Encodes a snapshot into a blob.
 pub fn encode(ctx: &PushContext) -> Encoded {
-    let payload = to_pb(ctx).encode_to_vec();
+    let payload = direct::encode_payload(ctx);
     let hash: [u8; 32] = Sha256::digest(&payload).into();
     // Compressing an in-memory buffer only fails on allocation failure.
     let compressed = zstd::bulk::compress(&payload, ZSTD_LEVEL).unwrap_or_default();

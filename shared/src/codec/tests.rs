@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use proptest::prelude::*;
+use prost::Message;
 
 use super::*;
 use crate::model::{
@@ -15,6 +16,15 @@ use crate::synthetic::{MeshShape, mesh};
 
 fn synthetic(n: usize) -> PushContext {
     push_context::build(&mesh(MeshShape::standard(n)), None).context
+}
+
+#[test]
+fn direct_encoding_matches_the_generated_encoder() {
+    let ctx = synthetic(200);
+    assert_eq!(
+        super::direct::encode_payload(&ctx),
+        to_pb(&ctx).encode_to_vec()
+    );
 }
 
 #[test]
@@ -238,6 +248,8 @@ proptest! {
         let decoded = decode(&encoded.bytes, &DecodeLimits::default()).unwrap();
         prop_assert_eq!(decoded.data(), ctx.data());
         prop_assert_eq!(encode(&decoded).bytes, encoded.bytes);
+        // The copy-free encoder writes exactly what prost's generated encoder writes.
+        prop_assert_eq!(super::direct::encode_payload(&ctx), to_pb(&ctx).encode_to_vec());
     }
 
     #[test]

@@ -70,7 +70,7 @@ impl EndpointHealth {
 }
 
 /// One address serving one port of a service.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Endpoint {
     /// IP address, or a host name for DNS-resolved ServiceEntry endpoints.
     pub address: String,
@@ -91,7 +91,7 @@ pub struct Endpoint {
 }
 
 /// All endpoints of one service port.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Default, Hash)]
 pub struct PortEndpoints {
     /// The service port number (not the target port).
     pub service_port: u32,
@@ -111,7 +111,7 @@ impl PortEndpoints {
 }
 
 /// All endpoints of one service (Kubernetes Service or ServiceEntry host), per port.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Default, Hash)]
 pub struct ServiceEndpoints {
     pub hostname: String,
     pub namespace: String,

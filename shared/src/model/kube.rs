@@ -201,8 +201,25 @@ pub fn service_from_k8s(svc: &KubeService, domain: &str) -> Result<Service, Vec<
     })
 }
 
-/// Pods by `(namespace, name)`, for EndpointSlice `targetRef` lookups.
-pub type PodIndex = HashMap<(String, String), PodInfo>;
+/// `namespace/name` of a workload (built without `format!`: this runs once per endpoint).
+pub fn workload_name(namespace: &str, name: &str) -> String {
+    let mut s = String::with_capacity(namespace.len() + 1 + name.len());
+    s.push_str(namespace);
+    s.push('/');
+    s.push_str(name);
+    s
+}
+
+/// Pods by `(namespace, name)`, for EndpointSlice `targetRef` lookups. Borrows the pods:
+/// building it costs one hash insert per pod, no copies.
+pub type PodIndex<'a> = HashMap<(&'a str, &'a str), &'a PodInfo>;
+
+/// Indexes `pods` by `(namespace, name)`.
+pub fn pod_index<'a>(pods: impl IntoIterator<Item = &'a PodInfo>) -> PodIndex<'a> {
+    pods.into_iter()
+        .map(|p| ((p.namespace.as_str(), p.name.as_str()), p))
+        .collect()
+}
 
 /// The Service an EndpointSlice belongs to, as `(namespace, name)`.
 pub fn slice_service(slice: &EndpointSlice) -> Option<(String, String)> {
@@ -216,7 +233,7 @@ pub fn slice_service(slice: &EndpointSlice) -> Option<(String, String)> {
 pub fn endpoints_from_slices<'a>(
     service: &Service,
     slices: impl IntoIterator<Item = &'a EndpointSlice>,
-    pods: &PodIndex,
+    pods: &PodIndex<'_>,
 ) -> Vec<PortEndpoints> {
     let mut by_port: BTreeMap<u32, Vec<Endpoint>> =
         service.ports.iter().map(|p| (p.port, Vec::new())).collect();
@@ -252,9 +269,11 @@ pub fn endpoints_from_slices<'a>(
                     .and_then(|r| {
                         let ns = r
                             .namespace
-                            .clone()
-                            .unwrap_or_else(|| namespace_of(&slice.metadata));
-                        pods.get(&(ns, r.name.clone().unwrap_or_default()))
+                            .as_deref()
+                            .or(slice.metadata.namespace.as_deref())
+                            .unwrap_or("default");
+                        pods.get(&(ns, r.name.as_deref().unwrap_or_default()))
+                            .copied()
                     });
                 let mut locality = pod.map(|p| p.locality.clone()).unwrap_or_default();
                 if locality.zone.is_empty()
@@ -275,7 +294,7 @@ pub fn endpoints_from_slices<'a>(
                     service_account: pod.and_then(|p| p.service_account.clone()),
                     weight: None,
                     network: String::new(),
-                    workload: pod.map(|p| format!("{}/{}", p.namespace, p.name)),
+                    workload: pod.map(|p| workload_name(&p.namespace, &p.name)),
                 });
             }
         }
@@ -507,7 +526,7 @@ mod tests {
             "cluster.local",
         )
         .unwrap();
-        let pods: PodIndex = [
+        let infos: Vec<PodInfo> = [
             mk_pod(
                 "default",
                 "reviews-v1",
@@ -522,11 +541,9 @@ mod tests {
             ),
         ]
         .iter()
-        .map(|p| {
-            let info = PodInfo::from_k8s(p);
-            ((info.namespace.clone(), info.name.clone()), info)
-        })
+        .map(PodInfo::from_k8s)
         .collect();
+        let pods = pod_index(&infos);
         let slice = mk_slice(
             "default",
             "reviews",

@@ -201,7 +201,7 @@ impl ExportTo {
 }
 
 /// A service of the mesh: Kubernetes Service or one host of a ServiceEntry.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Service {
     /// Fully qualified host name: `<name>.<ns>.svc.<domain>` or a ServiceEntry host
     /// (which may be a wildcard like `*.example.com`).

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Service as KubeService;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::validate::{
-    SubsetIndex, ValidationContext, validate_destination_rule, validate_service_entry,
+    KnownHosts, SubsetIndex, ValidationContext, validate_destination_rule, validate_service_entry,
     validate_virtual_service,
 };
 use super::{
@@ -21,7 +21,8 @@ use crate::api::{DestinationRule, ServiceEntry, VirtualService, VirtualServiceSp
 use crate::config::{ConfigError, ConfigKey, ConfigKind};
 use crate::mesh_config::MeshConfig;
 use crate::model::kube::{
-    PodIndex, creation_ms, endpoints_from_slices, namespace_of, service_from_k8s, slice_service,
+    PodIndex, creation_ms, endpoints_from_slices, namespace_of, pod_index, service_from_k8s,
+    slice_service,
 };
 use crate::model::{ExportTo, PodInfo, Service, ServiceEndpoints, ServiceOrigin};
 
@@ -83,13 +84,11 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         .iter()
         .map(|s| (s.hostname.clone(), s.namespace.clone()))
         .collect();
+    // Every (hostname, namespace) declared so far, Kubernetes Services first.
+    let mut declared = k8s_hosts.clone();
 
     // Endpoints for Kubernetes services.
-    let pod_index: PodIndex = inputs
-        .pods
-        .iter()
-        .map(|p| ((p.namespace.clone(), p.name.clone()), (**p).clone()))
-        .collect();
+    let pod_index = pod_index(inputs.pods.iter().map(|p| &**p));
     let mut endpoints = kube_endpoints(&services, &inputs.endpoint_slices, &pod_index);
 
     // ServiceEntries → services and endpoints.
@@ -142,10 +141,7 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         // Two entries declaring one host in one namespace: the oldest wins (entries are
         // visited oldest first).
         for s in svcs {
-            if services
-                .iter()
-                .any(|o| o.hostname == s.hostname && o.namespace == s.namespace)
-            {
+            if !declared.insert((s.hostname.clone(), s.namespace.clone())) {
                 findings.push(ConfigError::warning(
                     &key,
                     "spec.hosts",
@@ -161,7 +157,7 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         }
         endpoints.extend(eps);
     }
-    let known_hosts: HashSet<String> = services.iter().map(|s| s.hostname.clone()).collect();
+    let known_hosts = KnownHosts::new(services.iter().map(|s| s.hostname.as_str()));
 
     // DestinationRules.
     let mut destination_rules: Vec<Arc<DestinationRuleConfig>> = Vec::new();
@@ -286,11 +282,7 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
 /// configs are taken from `previous` as they are, only endpoints are recomputed.
 pub fn build_endpoints_only(inputs: &BuildInputs, previous: &PushContext) -> PushContext {
     let data = previous.data();
-    let pod_index: PodIndex = inputs
-        .pods
-        .iter()
-        .map(|p| ((p.namespace.clone(), p.name.clone()), (**p).clone()))
-        .collect();
+    let pod_index = pod_index(inputs.pods.iter().map(|p| &**p));
     let k8s: Vec<Service> = data
         .services
         .iter()

@@ -16,12 +16,13 @@ mod service_entry;
 mod validate;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::hash::{Hash, Hasher};
 
-use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use xxhash_rust::xxh3::Xxh3Default;
 
 use crate::api::{DestinationRuleSpec, VirtualServiceSpec};
-use crate::codec::{convert, pb};
+use crate::codec::pb;
 use crate::config::{ConfigKey, ConfigKind};
 use crate::mesh_config::MeshConfig;
 use crate::model::{ExportTo, Proxy, Service, ServiceEndpoints, labels_match};
@@ -65,11 +66,13 @@ pub struct MeshData {
     pub destination_rules: Vec<Arc<DestinationRuleConfig>>,
 }
 
-/// A 128-bit content hash of one item's protobuf encoding.
-pub type ItemHash = [u8; 16];
+/// A 64-bit content hash of one item.
+pub type ItemHash = u64;
 
 /// Content hashes of every item, so two snapshots can be compared cheaply and caches can
-/// be keyed by content.
+/// be keyed by content. The hashes are process-local (XXH3 over the in-memory value, fed
+/// through `Hash`): they compare snapshots within one process and are never sent anywhere;
+/// what crosses processes is versioned by the blob's SHA-256.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ItemHashes {
     pub services: HashMap<(String, String), ItemHash>,
@@ -102,24 +105,41 @@ pub struct PushContext {
     dr_wildcards: Vec<(String, usize)>,
 }
 
-pub(crate) fn item_hash(encoded: &[u8]) -> ItemHash {
-    let digest = Sha256::digest(encoded);
-    let mut out = [0u8; 16];
-    out.copy_from_slice(&digest[..16]);
-    out
+fn item_hash<T: Hash + ?Sized>(item: &T) -> ItemHash {
+    let mut hasher = Xxh3Default::new();
+    item.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Hashes a config spec through its JSON form (specs hold floats, so no `Hash`), streaming
+/// into the hasher without building the JSON text.
+fn spec_hash<T: serde::Serialize>(meta: &ConfigMeta, spec: &T) -> ItemHash {
+    struct HashWriter(Xxh3Default);
+    impl std::io::Write for HashWriter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.update(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut w = HashWriter(Xxh3Default::new());
+    (meta.creation_ms, meta.generation).hash(&mut w.0);
+    // Writing into a hasher cannot fail, and serializing plain structs cannot either.
+    let _ = serde_json::to_writer(&mut w, spec);
+    w.0.finish()
 }
 
 impl PushContext {
     /// Indexes `data`. `data` must already be sorted as [`MeshData`] documents.
     pub fn from_data(data: MeshData) -> PushContext {
-        use prost::Message;
         let mut hashes = ItemHashes::default();
         let mut services_by_host: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, s) in data.services.iter().enumerate() {
-            hashes.services.insert(
-                (s.hostname.clone(), s.namespace.clone()),
-                item_hash(&convert::service_to_pb(s).encode_to_vec()),
-            );
+            hashes
+                .services
+                .insert((s.hostname.clone(), s.namespace.clone()), item_hash(&**s));
             services_by_host
                 .entry(s.hostname.clone())
                 .or_default()
@@ -136,10 +156,7 @@ impl PushContext {
         let mut endpoints_by_service = HashMap::new();
         for (i, e) in data.endpoints.iter().enumerate() {
             let key = (e.hostname.clone(), e.namespace.clone());
-            hashes.endpoints.insert(
-                key.clone(),
-                item_hash(&convert::endpoints_to_pb(e).encode_to_vec()),
-            );
+            hashes.endpoints.insert(key.clone(), item_hash(&**e));
             endpoints_by_service.insert(key, i);
         }
         let mut vs_by_host: HashMap<String, Vec<usize>> = HashMap::new();
@@ -151,7 +168,7 @@ impl PushContext {
                     &vs.meta.namespace,
                     &vs.meta.name,
                 ),
-                item_hash(&config_to_pb_vs(vs).encode_to_vec()),
+                spec_hash(&vs.meta, &vs.spec),
             );
             for host in &vs.spec.hosts {
                 if host.starts_with('*') {
@@ -170,7 +187,7 @@ impl PushContext {
                     &dr.meta.namespace,
                     &dr.meta.name,
                 ),
-                item_hash(&config_to_pb_dr(dr).encode_to_vec()),
+                spec_hash(&dr.meta, &dr.spec),
             );
             if dr.spec.host.starts_with('*') {
                 dr_wildcards.push((dr.spec.host.clone(), i));

@@ -1,8 +1,11 @@
-//! End-to-end tests of the testkit: the test API server driven by the real kube-rs,
-//! kubectl 1.33 and helm 4 (installed by `scripts/deps/kube-tools.sh`).
+//! End-to-end tests of Pilotfish: the one integration-test binary of `pilotfish-testkit`.
+//! Each module starts the real processes it needs (see `pilotfish_testkit`): the test API
+//! server driven by kube-rs, kubectl 1.33 and helm 4; `redis-server`; Pilotfish's binaries;
+//! gRPC's own xDS client.
 
 mod apiserver_binary;
 mod apiserver_helm;
 mod apiserver_kube;
 mod apiserver_kubectl;
+mod bus_redis;
 mod support;

@@ -56,6 +56,12 @@ pub struct DeltaStream {
     nonces: NonceSource,
     types: BTreeMap<XdsType, DeltaType>,
     unknown_types: BTreeSet<String>,
+    /// Clusters sent new or changed whose endpoints have not been sent since. Envoy only
+    /// finishes warming such a cluster on a fresh ClusterLoadAssignment, even an
+    /// unchanged one, and in delta it does not ask again: the next EDS response for the
+    /// stream (pushed right after CDS, or answering a later EDS subscription such as the
+    /// one after a reconnect) carries them whatever the client holds.
+    warming: BTreeSet<String>,
 }
 
 impl DeltaStream {
@@ -72,6 +78,7 @@ impl DeltaStream {
                 .map(|t| (*t, DeltaType::default()))
                 .collect(),
             unknown_types: BTreeSet::new(),
+            warming: BTreeSet::new(),
         }
     }
 
@@ -163,15 +170,14 @@ impl DeltaStream {
         if !first_request && !changed {
             return out;
         }
-        let diff = self.diff(xds_type, &BTreeSet::new());
+        let diff = self.diff(xds_type);
         if diff.is_empty() && !(first_request && wildcard) {
             return out;
         }
-        let changed_clusters = names_of(&diff);
         out.responses.push(self.send(xds_type, diff, now));
-        if xds_type == XdsType::Cluster && !changed_clusters.is_empty() {
-            let follow = self.diff(XdsType::Endpoint, &changed_clusters);
-            if !follow.is_empty() && self.type_state(XdsType::Endpoint).record.requested {
+        if xds_type == XdsType::Cluster && self.type_state(XdsType::Endpoint).record.requested {
+            let follow = self.diff(XdsType::Endpoint);
+            if !follow.is_empty() {
                 out.responses
                     .push(self.send(XdsType::Endpoint, follow, now));
             }
@@ -192,24 +198,15 @@ impl DeltaStream {
         }
         let kind = snapshot.change_since(previous);
         self.snapshot = snapshot;
-        let mut changed_clusters = BTreeSet::new();
         for xds_type in XdsType::ALL {
             if !self.type_state(xds_type).record.requested
                 || (kind == ChangeKind::EndpointsOnly && xds_type != XdsType::Endpoint)
             {
                 continue;
             }
-            let force = if xds_type == XdsType::Endpoint {
-                &changed_clusters
-            } else {
-                &BTreeSet::new()
-            };
-            let diff = self.diff(xds_type, force);
+            let diff = self.diff(xds_type);
             if diff.is_empty() {
                 continue;
-            }
-            if xds_type == XdsType::Cluster {
-                changed_clusters = names_of(&diff);
             }
             out.responses.push(self.send(xds_type, diff, now));
         }
@@ -230,9 +227,16 @@ impl DeltaStream {
         self.types.entry(xds_type).or_default()
     }
 
-    /// Resources to send (changed for the client, or named in `force`) and names to remove.
-    fn diff(&self, xds_type: XdsType, force: &BTreeSet<String>) -> Diff {
+    /// Resources to send (changed for the client, or endpoints of a warming cluster) and
+    /// names to remove.
+    fn diff(&self, xds_type: XdsType) -> Diff {
         let state = &self.types[&xds_type];
+        let no_force = BTreeSet::new();
+        let force = if xds_type == XdsType::Endpoint {
+            &self.warming
+        } else {
+            &no_force
+        };
         let subscription = &state.record.subscription;
         let mut desired: BTreeMap<String, Arc<Resource>> = BTreeMap::new();
         if !subscription.is_empty() {
@@ -273,6 +277,21 @@ impl DeltaStream {
     fn send(&mut self, xds_type: XdsType, diff: Diff, now: SystemTime) -> DeltaDiscoveryResponse {
         let nonce = self.nonces.next_nonce();
         let control_plane = self.control_plane.clone();
+        match xds_type {
+            XdsType::Cluster => {
+                self.warming
+                    .extend(diff.resources.iter().map(|r| r.name.clone()));
+                for name in &diff.removed {
+                    self.warming.remove(name);
+                }
+            }
+            XdsType::Endpoint => {
+                for resource in &diff.resources {
+                    self.warming.remove(&resource.name);
+                }
+            }
+            _ => {}
+        }
         let state = self.type_state(xds_type);
         for resource in &diff.resources {
             state
@@ -315,10 +334,6 @@ impl DeltaStream {
         });
         response
     }
-}
-
-fn names_of(diff: &Diff) -> BTreeSet<String> {
-    diff.resources.iter().map(|r| r.name.clone()).collect()
 }
 
 #[cfg(test)]
@@ -529,6 +544,47 @@ mod tests {
         assert_eq!(out.responses[0].type_url, CLUSTER_TYPE);
         assert_eq!(out.responses[1].type_url, ENDPOINT_TYPE);
         assert_eq!(sent(&out.responses[1]), ["c1"]);
+    }
+
+    #[test]
+    fn reconnect_after_a_cluster_change_sends_its_endpoints_even_when_held() {
+        // Replica a served c1 and its endpoints; replica b has a changed c1, same endpoints.
+        let mut a = stream(base());
+        let cds = one(a.on_request(&req(CLUSTER_TYPE, &["*"], &[], ""), T0));
+        let eds = one(a.on_request(&req(ENDPOINT_TYPE, &["c1"], &[], ""), T0));
+        let held = |r: &DeltaDiscoveryResponse| -> std::collections::HashMap<String, String> {
+            r.resources
+                .iter()
+                .map(|x| (x.name.clone(), x.version.clone()))
+                .collect()
+        };
+        let mut b = stream(base().with(CLUSTER_TYPE, "c1", b"c1'"));
+        let mut cds_again = req(CLUSTER_TYPE, &["*"], &[], "");
+        cds_again.initial_resource_versions = held(&cds);
+        assert_eq!(sent(&one(b.on_request(&cds_again, T0))), ["c1"]);
+        // The EDS subscription arrives after that CDS answer, holding current endpoints.
+        let mut eds_again = req(ENDPOINT_TYPE, &["c1"], &[], "");
+        eds_again.initial_resource_versions = held(&eds);
+        let r = one(b.on_request(&eds_again, T0));
+        assert_eq!(
+            sent(&r),
+            ["c1"],
+            "the changed cluster needs fresh endpoints to warm"
+        );
+        // Once sent, they are not forced again.
+        assert!(
+            b.on_snapshot(base().with(CLUSTER_TYPE, "c1", b"c1'").next(2).shared(), T0)
+                .responses
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_nonce_from_a_previous_stream_on_the_first_request_is_answered() {
+        let mut s = stream(base());
+        let out = s.on_request(&req(LISTENER_TYPE, &["*"], &[], "old-nonce"), T0);
+        assert!(out.events.is_empty(), "{:?}", out.events);
+        assert_eq!(sent(&one(out)), ["l1"]);
     }
 
     #[test]

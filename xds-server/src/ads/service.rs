@@ -44,6 +44,9 @@ pub struct AdsConfig {
     pub outbound_buffer: usize,
     /// How long a new stream may take to send its first request.
     pub first_request_timeout: Duration,
+    /// When set, a stream is ended with `UNAVAILABLE` after this age (±10% jitter) so
+    /// clients reconnect through the Service and load spreads over new replicas.
+    pub max_stream_age: Option<Duration>,
 }
 
 impl Default for AdsConfig {
@@ -54,6 +57,7 @@ impl Default for AdsConfig {
             endpoint_push_concurrency: 64,
             outbound_buffer: 8,
             first_request_timeout: Duration::from_secs(30),
+            max_stream_age: None,
         }
     }
 }
@@ -360,6 +364,7 @@ async fn run_stream<M: Machine>(
     let machine = make(proxy.clone(), stamped.snapshot);
     let handle = shared.registry.register(StreamStatus {
         stream_id: 0,
+        proxy: proxy.clone(),
         proxy_id: proxy.id.clone(),
         namespace: proxy.namespace.clone(),
         proxyless: proxy.is_proxyless(),
@@ -412,21 +417,30 @@ impl<M: Machine> StreamIo<'_, M> {
         absorb::<M>(out, &mut outbox, None);
         publish_status(&handle, &machine);
         let mut publisher_alive = true;
+        let age_limit = expire(shared.config.max_stream_age);
+        tokio::pin!(age_limit);
         loop {
-            if outbox.pending.is_empty()
-                && let Some(arrived) = outbox.converging.take()
-            {
-                metrics::PROXY_CONVERGENCE_TIME.observe(arrived.elapsed().as_secs_f64());
-            }
             tokio::select! {
                 biased;
                 _ = closing(&mut shutdown) => {
                     let _ = tx.try_send(Err(Status::unavailable("this xDS replica is shutting down")));
                     break;
                 }
+                _ = &mut age_limit => {
+                    debug!("ADS stream reached its maximum age");
+                    let _ = tx.try_send(Err(Status::unavailable("stream reached its maximum age; reconnect")));
+                    break;
+                }
                 permit = tx.reserve(), if !outbox.pending.is_empty() => {
                     let Ok(permit) = permit else { break };
                     if let Some(response) = outbox.pending.pop_front() {
+                        // Observed before the hand-off so the sample exists by the time
+                        // the client can see the last response.
+                        if outbox.pending.is_empty()
+                            && let Some(arrived) = outbox.converging.take()
+                        {
+                            metrics::PROXY_CONVERGENCE_TIME.observe(arrived.elapsed().as_secs_f64());
+                        }
                         permit.send(Ok(response));
                     }
                 }
@@ -455,6 +469,15 @@ impl<M: Machine> StreamIo<'_, M> {
             }
         }
         debug!("ADS stream closed");
+    }
+}
+
+/// Completes after `max_age` ±10% (never when `None`). The jitter keeps streams opened
+/// together (after a replica restart) from all reconnecting at the same moment.
+async fn expire(max_age: Option<Duration>) {
+    match max_age {
+        Some(age) => tokio::time::sleep(age.mul_f64(rand::random_range(0.9..=1.1))).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -148,7 +148,7 @@ impl SotwStream {
                 .apply_sotw(xds_type, first_request, &request.resource_names);
         // A request with the latest nonce and an unchanged name set is an ACK or a NACK:
         // answering it would make the client answer again (the silent hot loop).
-        if !nonce.is_empty() && !changed {
+        if !first_request && !nonce.is_empty() && !changed {
             return out;
         }
         let content = self.compute(xds_type);
@@ -466,6 +466,18 @@ mod tests {
         assert_eq!(
             status[0].last_ack.as_ref().map(|a| a.version.as_str()),
             Some(good.version_info.as_str())
+        );
+    }
+
+    #[test]
+    fn a_nonce_from_a_previous_stream_on_the_first_request_is_answered() {
+        let mut s = stream(base());
+        let out = s.on_request(&req(CLUSTER_TYPE, &[], "nonce-of-another-replica"), T0);
+        assert_eq!(names(&out.responses[0]), ["c1", "c2"]);
+        assert!(
+            out.events.is_empty(),
+            "neither stale nor an ACK: {:?}",
+            out.events
         );
     }
 

@@ -121,10 +121,12 @@ pub struct TypeRecord {
 }
 
 impl TypeRecord {
-    /// Whether `nonce` is not the latest one sent for this type (an empty nonce never is:
-    /// it is a request made before, or regardless of, any response).
+    /// Whether `nonce` is not the latest one sent for this type. An empty nonce never is
+    /// (a request made before, or regardless of, any response), and neither is any nonce
+    /// before this stream sent the type anything: that is a client reconnecting with a
+    /// nonce of its previous stream (possibly to another replica), to be answered.
     pub fn is_stale(&self, nonce: &str) -> bool {
-        !nonce.is_empty() && self.last_sent.as_ref().is_none_or(|s| s.nonce != nonce)
+        !nonce.is_empty() && self.last_sent.as_ref().is_some_and(|s| s.nonce != nonce)
     }
 
     /// The status shown on the debug pages.

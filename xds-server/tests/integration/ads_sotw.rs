@@ -80,9 +80,23 @@ async fn ack_is_never_answered_and_later_changes_still_arrive() {
     // A second ACK of the same response is not answered either.
     s.ack(&r, &[]).await;
     s.expect_silence().await;
+    let converged_before = pilotfish_xds::metrics::PROXY_CONVERGENCE_TIME.get_sample_count();
+    let pushes_before = pilotfish_xds::metrics::XDS_PUSHES
+        .with_label_values(&["cds"])
+        .get();
     server.publish(mesh(2).with(CLUSTER_TYPE, "c3", b"c3"));
     let next = s.recv().await;
     assert_eq!(payloads(&next), ["c1", "c2", "c3"]);
+    assert!(
+        pilotfish_xds::metrics::XDS_PUSHES
+            .with_label_values(&["cds"])
+            .get()
+            > pushes_before
+    );
+    assert!(
+        pilotfish_xds::metrics::PROXY_CONVERGENCE_TIME.get_sample_count() > converged_before,
+        "a push that reached the stream is a convergence sample"
+    );
     assert_ne!(next.nonce, r.nonce);
     assert_ne!(next.version_info, r.version_info);
 }
@@ -100,6 +114,10 @@ async fn nack_is_recorded_and_the_same_content_is_never_resent() {
     ))
     .await;
     s.expect_silence().await;
+    eventually("the NACK is recorded", || {
+        server.registry.syncz()[0].types["cds"].state == "NACKED"
+    })
+    .await;
     let stream = &server.registry.streams_of(NODE_ID)[0];
     let cds = stream
         .types
@@ -387,6 +405,10 @@ async fn registry_and_metrics_track_sent_acked_and_nacked() {
     let r = s.recv().await;
     s.ack(&r, &[]).await;
     s.expect_silence().await;
+    eventually("the ACK is recorded", || {
+        server.registry.syncz()[0].types["lds"].state == "SYNCED"
+    })
+    .await;
     let sync = server.registry.syncz();
     assert_eq!(sync[0].types["lds"].state, "SYNCED");
     assert_eq!(
@@ -398,7 +420,10 @@ async fn registry_and_metrics_track_sent_acked_and_nacked() {
     s.send(nack(LISTENER_TYPE, &[], &r2.nonce, "bad listener"))
         .await;
     s.expect_silence().await;
-    assert_eq!(server.registry.syncz()[0].types["lds"].state, "NACKED");
+    eventually("the NACK is recorded", || {
+        server.registry.syncz()[0].types["lds"].state == "NACKED"
+    })
+    .await;
     let rejects_after = pilotfish_xds::metrics::XDS_REJECTS
         .with_label_values(&["lds"])
         .get();
@@ -410,14 +435,10 @@ async fn registry_and_metrics_track_sent_acked_and_nacked() {
         "bad listener"
     );
     drop(s);
-    // The entry goes when the stream ends.
-    for _ in 0..100 {
-        if server.registry.is_empty() {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    panic!("closed stream still registered");
+    eventually("the closed stream leaves the registry", || {
+        server.registry.is_empty()
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -450,4 +471,25 @@ async fn endpoints_only_snapshots_recompute_endpoints_alone() {
             .with(ENDPOINT_TYPE, "c1", b"e1'"),
     );
     assert_eq!(payloads(&s.recv().await), ["c1", "c2", "c7"]);
+}
+
+#[tokio::test]
+async fn streams_end_with_unavailable_at_their_maximum_age() {
+    let config = AdsConfig {
+        max_stream_age: Some(std::time::Duration::from_millis(300)),
+        ..AdsConfig::default()
+    };
+    let server = TestServer::start_with(config, Some(mesh(1))).await;
+    let mut s = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");
+    s.recv().await;
+    let end = tokio::time::timeout(PATIENCE, s.inbound.message())
+        .await
+        .expect("stream ended in time");
+    match end {
+        Err(status) => assert_eq!(status.code(), Code::Unavailable),
+        Ok(other) => panic!("expected UNAVAILABLE, got {other:?}"),
+    }
+    // The client reconnects and is served as before.
+    let mut again = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");
+    assert_eq!(payloads(&again.recv().await), ["c1", "c2"]);
 }

@@ -275,3 +275,15 @@ pub fn mesh(version: u64) -> MapSnapshot {
         .with(ROUTE_TYPE, "r1", b"r1")
         .with(ROUTE_TYPE, "r2", b"r2")
 }
+
+/// Waits until `condition` holds; fails the test after [`PATIENCE`].
+pub async fn eventually(what: &str, condition: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !condition() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -8,7 +8,7 @@ mod destination_rule;
 mod service_entry;
 mod virtual_service;
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 pub use destination_rule::validate_destination_rule;
 pub use service_entry::validate_service_entry;
@@ -42,13 +42,41 @@ pub struct ValidationContext<'a> {
     /// Subsets defined by the DestinationRules the caller accepted.
     pub subsets: &'a SubsetIndex,
     /// Hosts of the known services; `None` skips the "unknown host" warnings.
-    pub known_hosts: Option<&'a HashSet<String>>,
+    pub known_hosts: Option<&'a KnownHosts>,
 }
 
-/// Subsets by DestinationRule host, with the rule's namespace and visibility.
+/// Host names of the known services, indexed for lookups by concrete host.
+#[derive(Clone, Debug, Default)]
+pub struct KnownHosts {
+    exact: HashSet<String>,
+    wildcards: Vec<String>,
+}
+
+impl KnownHosts {
+    pub fn new<'h>(hosts: impl IntoIterator<Item = &'h str>) -> Self {
+        let mut known = KnownHosts::default();
+        for h in hosts {
+            if h.starts_with('*') {
+                known.wildcards.push(h.to_string());
+            } else {
+                known.exact.insert(h.to_string());
+            }
+        }
+        known
+    }
+
+    /// Whether a service answers for `host` (exactly or through a wildcard host).
+    pub fn covers(&self, host: &str) -> bool {
+        self.exact.contains(host) || self.wildcards.iter().any(|w| host_matches(w, host))
+    }
+}
+
+/// Subsets by DestinationRule host, with the rule's namespace and visibility. Exact hosts
+/// are indexed; wildcard hosts are scanned.
 #[derive(Clone, Debug, Default)]
 pub struct SubsetIndex {
-    entries: Vec<SubsetEntry>,
+    exact: HashMap<String, Vec<SubsetEntry>>,
+    wildcards: Vec<SubsetEntry>,
 }
 
 #[derive(Clone, Debug)]
@@ -68,12 +96,17 @@ impl SubsetIndex {
         export_to: ExportTo,
         subsets: impl IntoIterator<Item = String>,
     ) {
-        self.entries.push(SubsetEntry {
+        let entry = SubsetEntry {
             host: host.to_string(),
             namespace: namespace.to_string(),
             export_to,
             subsets: subsets.into_iter().collect(),
-        });
+        };
+        if host.starts_with('*') {
+            self.wildcards.push(entry);
+        } else {
+            self.exact.entry(host.to_string()).or_default().push(entry);
+        }
     }
 
     /// Convenience for tests: public rules.
@@ -94,10 +127,13 @@ impl SubsetIndex {
 
     /// Whether a DestinationRule visible from `namespace` defines `subset` for `host`.
     pub fn defines(&self, host: &str, namespace: &str, subset: &str) -> bool {
-        self.entries.iter().any(|e| {
-            host_matches(&e.host, host)
-                && e.export_to.is_visible_to(&e.namespace, namespace)
-                && e.subsets.contains(subset)
+        let exact = self.exact.get(host).into_iter().flatten();
+        let wild = self
+            .wildcards
+            .iter()
+            .filter(|e| host_matches(&e.host, host));
+        exact.chain(wild).any(|e| {
+            e.export_to.is_visible_to(&e.namespace, namespace) && e.subsets.contains(subset)
         })
     }
 }

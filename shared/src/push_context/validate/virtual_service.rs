@@ -524,9 +524,7 @@ impl VsValidator<'_> {
             check_port(f, &format!("{path}.port.number"), p.number);
         }
         if let Some(known) = self.ctx.known_hosts
-            && !known
-                .iter()
-                .any(|h| crate::push_context::hosts::host_matches(h, &d.host))
+            && !known.covers(&d.host)
         {
             f.warning(
                 format!("{path}.host"),

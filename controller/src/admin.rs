@@ -1,0 +1,144 @@
+//! The controller's admin HTTP server (port 15014): `/metrics`, `/healthz`, `/readyz`,
+//! `/debug/snapshot`, `/debug/leader`. The run modes write what these pages show into
+//! [`AdminState`]; the server only reads it.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use pilotfish_shared::bus::PublishOutcome;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+use crate::metrics;
+use crate::pipeline::Built;
+
+#[derive(Debug, Default)]
+struct Inner {
+    ready: bool,
+    ready_detail: String,
+    leader: Value,
+    snapshot: Value,
+}
+
+/// What the admin pages show; shared between the run mode (writer) and the server.
+#[derive(Clone, Debug, Default)]
+pub struct AdminState {
+    inner: Arc<RwLock<Inner>>,
+}
+
+impl AdminState {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        // A panic while holding the lock leaves plain data behind; keep serving it.
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn set_ready(&self, ready: bool, detail: impl Into<String>) {
+        let mut s = self.write();
+        s.ready = ready;
+        s.ready_detail = detail.into();
+    }
+
+    /// Leadership as `/debug/leader` shows it.
+    pub fn set_leader(&self, leader: Value) {
+        self.write().leader = leader;
+    }
+
+    /// Records the last snapshot built and what publishing it did.
+    pub fn set_snapshot(&self, built: &Built, outcome: Option<&PublishOutcome>) {
+        let data = built.context.data();
+        let endpoints: usize = data
+            .endpoints
+            .iter()
+            .flat_map(|e| e.ports.iter())
+            .map(|p| p.endpoints.len())
+            .sum();
+        let published = match outcome {
+            Some(PublishOutcome::Published(r)) => {
+                json!({"result": "published", "version": r.version, "epoch": r.epoch})
+            }
+            Some(PublishOutcome::Unchanged(r)) => {
+                json!({"result": "unchanged", "version": r.version, "epoch": r.epoch})
+            }
+            Some(PublishOutcome::Fenced { current }) => json!({
+                "result": "fenced",
+                "current": current.as_ref().map(|r| json!({"version": r.version, "epoch": r.epoch})),
+            }),
+            None => json!({"result": "not published (not the leader)"}),
+        };
+        self.write().snapshot = json!({
+            "hash": built.encoded.hash_hex(),
+            "blob_bytes": built.encoded.bytes.len(),
+            "build_ms": built.took.as_secs_f64() * 1000.0,
+            "path": if built.endpoints_only { "endpoints" } else { "full" },
+            "publish": published,
+            "services": data.services.len(),
+            "endpoints": endpoints,
+            "virtual_services": data.virtual_services.len(),
+            "destination_rules": data.destination_rules.len(),
+            "kept_previous": built.kept_previous.iter().map(|k| k.to_string()).collect::<Vec<_>>(),
+            "findings": built.findings.iter().map(|f| f.to_string()).collect::<Vec<_>>(),
+        });
+    }
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(state): State<AdminState>) -> Response {
+    let s = state.read();
+    let code = if s.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, format!("{}\n", s.ready_detail)).into_response()
+}
+
+async fn metrics_page() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        metrics::render(),
+    )
+        .into_response()
+}
+
+async fn debug_snapshot(State(state): State<AdminState>) -> Response {
+    axum::Json(state.read().snapshot.clone()).into_response()
+}
+
+async fn debug_leader(State(state): State<AdminState>) -> Response {
+    axum::Json(state.read().leader.clone()).into_response()
+}
+
+/// Serves the admin pages on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    state: AdminState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_page))
+        .route("/debug/snapshot", get(debug_snapshot))
+        .route("/debug/leader", get(debug_leader))
+        .with_state(state);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Binds the admin address.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}

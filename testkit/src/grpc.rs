@@ -1,0 +1,292 @@
+//! gRPC's own xDS client and backend servers for end-to-end tests, both in Python
+//! `grpcio` (installed into `.venv-grpc/` by `scripts/deps/python-grpc.sh`).
+//!
+//! [`GrpcBackends`] runs named backend servers on 127.0.0.1 that answer with their name;
+//! [`XdsClient`] is one long-lived client process (so it stays connected to the control
+//! plane across configuration changes) driven by JSON commands.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::tools::workspace_root;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GrpcHarnessError {
+    #[error(
+        "Python with grpcio not found at {0}: run `scripts/deps/python-grpc.sh` (or `make test-deps`)"
+    )]
+    MissingVenv(PathBuf),
+    #[error("cannot start {what}: {source}")]
+    Spawn {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what} failed: {detail}")]
+    Protocol { what: &'static str, detail: String },
+}
+
+/// The venv's Python, which has `grpcio`.
+pub fn python() -> Result<PathBuf, GrpcHarnessError> {
+    let p = workspace_root().join(".venv-grpc/bin/python");
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err(GrpcHarnessError::MissingVenv(p))
+    }
+}
+
+fn script(name: &str) -> PathBuf {
+    workspace_root().join("testkit/python").join(name)
+}
+
+/// Reads one line, failing after `timeout` (the child is killed by its owner on drop).
+fn read_line(
+    reader: &mut BufReader<ChildStdout>,
+    what: &'static str,
+) -> Result<String, GrpcHarnessError> {
+    let mut line = String::new();
+    let n = reader
+        .read_line(&mut line)
+        .map_err(|e| GrpcHarnessError::Protocol {
+            what,
+            detail: e.to_string(),
+        })?;
+    if n == 0 {
+        return Err(GrpcHarnessError::Protocol {
+            what,
+            detail: "the process exited (see its stderr above)".into(),
+        });
+    }
+    Ok(line)
+}
+
+/// Backend gRPC servers answering `/pilotfish.test.Echo/Who` with their name.
+pub struct GrpcBackends {
+    child: Child,
+    /// Closing stdin stops the servers; kept so that it stays open until drop.
+    _stdin: ChildStdin,
+    pub ports: BTreeMap<String, u16>,
+}
+
+impl GrpcBackends {
+    /// Starts one server per `(name, port)` and waits until all listen.
+    pub fn start(backends: &[(&str, u16)]) -> Result<Self, GrpcHarnessError> {
+        let mut cmd = Command::new(python()?);
+        cmd.arg(script("grpc_backend.py"));
+        for (name, port) in backends {
+            cmd.arg(format!("{name}={port}"));
+        }
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|source| GrpcHarnessError::Spawn {
+                what: "gRPC backends",
+                source,
+            })?;
+        let stdin = child.stdin.take().expect("piped stdin");
+        let mut out = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut me = GrpcBackends {
+            child,
+            _stdin: stdin,
+            ports: backends.iter().map(|(n, p)| (n.to_string(), *p)).collect(),
+        };
+        let line = read_line(&mut out, "gRPC backends")?;
+        if line.trim() != "ready" {
+            let _ = me.child.kill();
+            return Err(GrpcHarnessError::Protocol {
+                what: "gRPC backends",
+                detail: format!("unexpected first line {line:?}"),
+            });
+        }
+        Ok(me)
+    }
+}
+
+impl Drop for GrpcBackends {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What a batch of RPCs returned.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct RpcTally {
+    /// RPCs answered, by backend name.
+    pub counts: BTreeMap<String, u64>,
+    /// RPCs failed, by gRPC status code name (`UNAVAILABLE`, ...).
+    pub errors: BTreeMap<String, u64>,
+    /// The first few failure details.
+    #[serde(default)]
+    pub details: Vec<String>,
+}
+
+impl RpcTally {
+    pub fn total(&self) -> u64 {
+        self.counts.values().sum::<u64>() + self.errors.values().sum::<u64>()
+    }
+
+    /// Share of RPCs `backend` answered, in percent of all RPCs.
+    pub fn percent(&self, backend: &str) -> f64 {
+        let total = self.total();
+        if total == 0 {
+            return 0.0;
+        }
+        *self.counts.get(backend).unwrap_or(&0) as f64 * 100.0 / total as f64
+    }
+}
+
+/// The outcome of waiting until RPCs reach a given backend.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Until {
+    pub ok: bool,
+    pub elapsed_ms: f64,
+    pub rpcs: u64,
+    pub last: Option<String>,
+}
+
+/// One gRPC xDS client process.
+pub struct XdsClient {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    _bootstrap_dir: tempfile::TempDir,
+}
+
+/// A gRPC xDS bootstrap for a proxyless client in `namespace` talking to `server`.
+pub fn bootstrap(server: &str, node_id: &str, namespace: &str) -> Value {
+    json!({
+        "xds_servers": [{
+            "server_uri": server,
+            "channel_creds": [{"type": "insecure"}],
+            "server_features": ["xds_v3"]
+        }],
+        "node": {
+            "id": node_id,
+            "metadata": {"GENERATOR": "grpc", "NAMESPACE": namespace}
+        }
+    })
+}
+
+impl XdsClient {
+    /// Starts a client with `bootstrap` (see [`bootstrap`]).
+    pub fn start(bootstrap: &Value) -> Result<Self, GrpcHarnessError> {
+        let dir = tempfile::tempdir().map_err(|source| GrpcHarnessError::Spawn {
+            what: "xDS client bootstrap",
+            source,
+        })?;
+        let path = dir.path().join("bootstrap.json");
+        std::fs::write(&path, bootstrap.to_string()).map_err(|source| GrpcHarnessError::Spawn {
+            what: "xDS client bootstrap",
+            source,
+        })?;
+        Self::start_with(&path, dir)
+    }
+
+    fn start_with(bootstrap: &Path, dir: tempfile::TempDir) -> Result<Self, GrpcHarnessError> {
+        let mut child = Command::new(python()?)
+            .arg(script("xds_client.py"))
+            .env("GRPC_XDS_BOOTSTRAP", bootstrap)
+            // Quiet unless a test asks for gRPC's own logs.
+            .env(
+                "GRPC_VERBOSITY",
+                std::env::var("GRPC_VERBOSITY").unwrap_or_else(|_| "ERROR".into()),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|source| GrpcHarnessError::Spawn {
+                what: "xDS client",
+                source,
+            })?;
+        let stdin = child.stdin.take().expect("piped stdin");
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let first = read_line(&mut stdout, "xDS client")?;
+        if !first.contains("\"ready\"") {
+            let _ = child.kill();
+            return Err(GrpcHarnessError::Protocol {
+                what: "xDS client",
+                detail: format!("unexpected first line {first:?}"),
+            });
+        }
+        Ok(XdsClient {
+            child,
+            stdin,
+            stdout,
+            _bootstrap_dir: dir,
+        })
+    }
+
+    fn call(&mut self, command: Value) -> Result<Value, GrpcHarnessError> {
+        writeln!(self.stdin, "{command}")
+            .and_then(|()| self.stdin.flush())
+            .map_err(|e| GrpcHarnessError::Protocol {
+                what: "xDS client",
+                detail: e.to_string(),
+            })?;
+        let line = read_line(&mut self.stdout, "xDS client")?;
+        let value: Value = serde_json::from_str(&line).map_err(|e| GrpcHarnessError::Protocol {
+            what: "xDS client",
+            detail: format!("{e}: {line}"),
+        })?;
+        if let Some(exc) = value.get("exception") {
+            return Err(GrpcHarnessError::Protocol {
+                what: "xDS client",
+                detail: exc.to_string(),
+            });
+        }
+        Ok(value)
+    }
+
+    /// Makes `count` RPCs to `target` (`xds:///host:port`) with `metadata`.
+    pub fn rpcs(
+        &mut self,
+        target: &str,
+        count: u32,
+        metadata: &[(&str, &str)],
+    ) -> Result<RpcTally, GrpcHarnessError> {
+        let md: BTreeMap<&str, &str> = metadata.iter().copied().collect();
+        let v = self.call(json!({"cmd": "rpcs", "target": target, "count": count, "metadata": md, "timeout_s": 5}))?;
+        serde_json::from_value(v).map_err(|e| GrpcHarnessError::Protocol {
+            what: "xDS client",
+            detail: e.to_string(),
+        })
+    }
+
+    /// Makes RPCs until one is answered by `expect` (a backend name or a status code name),
+    /// for at most `max`.
+    pub fn until(
+        &mut self,
+        target: &str,
+        expect: &str,
+        metadata: &[(&str, &str)],
+        max: Duration,
+    ) -> Result<Until, GrpcHarnessError> {
+        let md: BTreeMap<&str, &str> = metadata.iter().copied().collect();
+        let v = self.call(json!({
+            "cmd": "until", "target": target, "expect": expect, "metadata": md, "max_s": max.as_secs_f64()
+        }))?;
+        serde_json::from_value(v).map_err(|e| GrpcHarnessError::Protocol {
+            what: "xDS client",
+            detail: e.to_string(),
+        })
+    }
+}
+
+impl Drop for XdsClient {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "{}", json!({"cmd": "quit"}));
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

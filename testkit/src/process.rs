@@ -1,0 +1,199 @@
+//! Pilotfish's own binaries as child processes of a test: started with free loopback
+//! ports, waited for until ready, and killed (by PID, on drop) when the test ends. Plus
+//! the small network helpers tests need: a free port and a plain HTTP GET.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::tools::workspace_root;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error("{0} is not built: run `cargo build --workspace --bins` first (make test does)")]
+    NotBuilt(PathBuf),
+    #[error("cannot start {name}: {source}")]
+    Spawn {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{name} did not become ready within {timeout:?}: {last}")]
+    NotReady {
+        name: String,
+        timeout: Duration,
+        last: String,
+    },
+}
+
+/// A port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind 127.0.0.1:0")
+}
+
+/// A plain HTTP/1.1 GET; returns (status, body).
+pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("not an HTTP response: {text:.80}")))?;
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Ok((status, body))
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// Path of one of the workspace's binaries (`CARGO_TARGET_DIR` honoured).
+pub fn binary(name: &str) -> Result<PathBuf, ProcessError> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    let path = target.join("debug").join(name);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(ProcessError::NotBuilt(path))
+    }
+}
+
+/// A child process killed on drop.
+pub struct ChildProcess {
+    pub name: String,
+    child: Child,
+}
+
+impl ChildProcess {
+    /// Starts `program` with `args`; stdout/stderr go to the test's output.
+    pub fn spawn(
+        name: &str,
+        program: &Path,
+        args: &[String],
+        envs: &[(&str, &str)],
+    ) -> Result<Self, ProcessError> {
+        let child = Command::new(program)
+            .args(args)
+            .envs(envs.iter().copied())
+            .stdin(Stdio::null())
+            .spawn()
+            .map_err(|source| ProcessError::Spawn {
+                name: name.to_string(),
+                source,
+            })?;
+        Ok(ChildProcess {
+            name: name.to_string(),
+            child,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends a signal by PID (`TERM`, `KILL`, `STOP`, `CONT`) with `kill(1)`.
+    pub fn signal(&self, signal: &str) -> std::io::Result<()> {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!(
+                "kill -{signal} {} failed",
+                self.pid()
+            )))
+        }
+    }
+
+    /// Whether the process has exited; its status if so.
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Waits up to `timeout` for the process to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(s) = self.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Polls `GET path` on `admin` until it answers 200.
+    pub fn wait_http_ok(
+        &mut self,
+        admin: SocketAddr,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<(), ProcessError> {
+        let deadline = Instant::now() + timeout;
+        let mut last = String::from("no answer yet");
+        while Instant::now() < deadline {
+            if let Some(status) = self.try_wait() {
+                return Err(ProcessError::NotReady {
+                    name: self.name.clone(),
+                    timeout,
+                    last: format!("exited with {status}"),
+                });
+            }
+            match http_get(admin, path) {
+                Ok((200, _)) => return Ok(()),
+                Ok((code, body)) => last = format!("{path} answered {code}: {body:.200}"),
+                Err(e) => last = e.to_string(),
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(ProcessError::NotReady {
+            name: self.name.clone(),
+            timeout,
+            last,
+        })
+    }
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        // SIGKILL also ends a process a test left stopped (SIGSTOP).
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
