@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build test test-deps lint unit integration crds crds-check bench run
+.PHONY: all build test test-deps lint unit integration crds crds-check descriptors descriptors-check bench run
 
 all: build
 
@@ -26,13 +26,20 @@ unit:
 integration: build
 	$(CARGO) test --workspace --test "*" -- --test-threads=1
 
-test: test-deps lint crds-check unit integration
+test: test-deps lint crds-check descriptors-check unit integration
 
 crds:
 	./scripts/gen-crds.sh
 
 crds-check:
 	./scripts/gen-crds.sh --check
+
+## The Envoy descriptor set pilotfish-xds embeds for proto JSON, derived from envoy-types.
+descriptors:
+	./scripts/gen-envoy-descriptors.sh
+
+descriptors-check:
+	./scripts/gen-envoy-descriptors.sh --check
 
 bench:
 	$(CARGO) bench --workspace

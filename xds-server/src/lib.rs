@@ -8,10 +8,12 @@
 //! - [`push`]: bounded push admission (full and endpoints-only pools).
 //! - [`metrics`]: the Prometheus metrics, under Istio's names.
 //!
-//! The generators (CDS/EDS/LDS/RDS from the mesh model) plug in by implementing
-//! [`ads::XdsSnapshot`]; they live in `gen/` and the engine does not depend on them.
+//! - [`gen`]: the generators (CDS/EDS/LDS/RDS from the mesh model, sidecar and proxyless)
+//!   and [`gen::GeneratedSnapshot`], which implements [`ads::XdsSnapshot`]; the engine does
+//!   not depend on them.
 
 pub mod ads;
+pub mod r#gen;
 pub mod metrics;
 pub mod node;
 pub mod push;
