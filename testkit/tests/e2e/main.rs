@@ -9,3 +9,4 @@ mod apiserver_kube;
 mod apiserver_kubectl;
 mod bus_redis;
 mod support;
+mod xds_grpc;

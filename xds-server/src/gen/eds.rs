@@ -158,7 +158,9 @@ pub fn locality_groups(
         .map(|((p, locality), eps)| {
             let weight: u32 = eps.iter().map(|e| e.weight.unwrap_or(1)).sum();
             LocalityLbEndpoints {
-                locality: (!locality.is_empty()).then(|| EnvoyLocality {
+                // Always present, even when empty: gRPC's xDS client rejects a
+                // LocalityLbEndpoints without `locality` ("field not present").
+                locality: Some(EnvoyLocality {
                     region: locality.region.clone(),
                     zone: locality.zone.clone(),
                     sub_zone: locality.subzone.clone(),
