@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build test test-deps lint unit integration crds crds-check descriptors descriptors-check bench run
+.PHONY: all build test test-deps lint unit integration crds crds-check descriptors descriptors-check bench run demo
 
 all: build
 
@@ -43,3 +43,13 @@ descriptors-check:
 
 bench:
 	$(CARGO) bench --workspace
+
+## Standalone xDS server on the bundled bookinfo example (no cluster, no Redis).
+run:
+	$(CARGO) run --bin pilotfish-xds -- --config-dir examples/bookinfo --xds-addr 127.0.0.1:15010 --admin-addr 127.0.0.1:15014
+
+## Routes real RPCs through standalone mode with gRPC's own xDS client (about a minute).
+demo:
+	./scripts/deps/python-grpc.sh
+	$(CARGO) build --bin pilotfish-xds --bin pilotfish-demo
+	$(CARGO) run --bin pilotfish-demo

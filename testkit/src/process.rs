@@ -271,3 +271,32 @@ impl XdsServer {
         Ok(out)
     }
 }
+
+/// A `pilotfish-controller` process publishing to Redis.
+pub struct ControllerProcess {
+    pub process: ChildProcess,
+    pub admin: SocketAddr,
+}
+
+impl ControllerProcess {
+    /// `--config-dir DIR --redis-url URL` mode; returns once `/readyz` answers 200 (the
+    /// folder's first snapshot is published).
+    pub fn config_dir(name: &str, dir: &Path, redis_url: &str) -> Result<Self, ProcessError> {
+        let admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let args = [
+            "--config-dir".to_string(),
+            dir.display().to_string(),
+            "--redis-url".to_string(),
+            redis_url.to_string(),
+            "--admin-addr".to_string(),
+            admin.to_string(),
+            "--replica-name".to_string(),
+            name.to_string(),
+            "--debounce-after".to_string(),
+            "50ms".to_string(),
+        ];
+        let mut process = ChildProcess::spawn(name, &binary("pilotfish-controller")?, &args, &[])?;
+        process.wait_http_ok(admin, "/readyz", Duration::from_secs(60))?;
+        Ok(ControllerProcess { process, admin })
+    }
+}

@@ -8,5 +8,6 @@ mod apiserver_helm;
 mod apiserver_kube;
 mod apiserver_kubectl;
 mod bus_redis;
+mod redis_e2e;
 mod support;
 mod xds_grpc;
