@@ -25,8 +25,8 @@ use pilotfish_shared::mesh_config::MeshConfig;
 use pilotfish_shared::pipeline::folder::{FolderLoop, FolderObserver};
 use pilotfish_shared::pipeline::{Built, Pipeline};
 use pilotfish_shared::push_context::BuildInputs;
+use pilotfish_shared::supervise::{Supervisor, run_main};
 use pilotfish_shared::telemetry::{self, LogFormat};
-use tokio::task::JoinSet;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -163,26 +163,17 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         .with_context(|| format!("cannot listen on {}", args.admin_addr))?;
     tracing::info!(replica = %replica, admin = %admin_listener.local_addr()?, redis = %redis, "pilotfish-controller starting");
 
-    let mut tasks: JoinSet<(&'static str, Result<()>)> = JoinSet::new();
+    let mut tasks = Supervisor::new();
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let mut admin_shutdown = shutdown_rx.clone();
     let state = admin_state.clone();
-    tasks.spawn(async move {
+    tasks.spawn("admin server", async move {
         let stop = async move {
             let _ = admin_shutdown.wait_for(|s| *s).await;
         };
-        (
-            "admin server",
-            admin::serve(admin_listener, state, stop)
-                .await
-                .map_err(Into::into),
-        )
+        admin::serve(admin_listener, state, stop).await
     });
-    let watchdog = publisher.spawn_watchdog();
-    tasks.spawn(async move {
-        let r = watchdog.join().await;
-        ("Redis watchdog", r.map_err(Into::into))
-    });
+    tasks.spawn("Redis watchdog", publisher.spawn_watchdog().join());
     let base = BuildInputs {
         mesh,
         cluster_domain: cli.cluster_domain.clone(),
@@ -201,71 +192,21 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             metrics::LEADER.set(1);
             admin_state.set_leader(serde_json::json!({"mode": "config-dir", "leader": true, "note": "one writer per key prefix; no Lease"}));
             let observer = FolderAdmin(admin_state.clone());
-            tasks.spawn(async move {
-                (
-                    "config-dir source",
-                    folder.run(pipeline, &observer).await.map_err(Into::into),
-                )
+            tasks.spawn("config-dir source", async move {
+                folder.run(pipeline, &observer).await
             });
         }
         None => bail!("the Kubernetes source is not built yet: run with --config-dir DIR"),
     }
 
-    let code = tokio::select! {
-        ended = tasks.join_next() => {
-            match ended {
-                Some(Ok((name, Ok(())))) => tracing::error!(task = name, "a long-lived task ended; exiting"),
-                Some(Ok((name, Err(e)))) => tracing::error!(task = name, error = format!("{e:#}"), "a long-lived task failed; exiting"),
-                Some(Err(e)) => tracing::error!(error = %e, "a long-lived task panicked; exiting"),
-                None => tracing::error!("no tasks left; exiting"),
-            }
-            ExitCode::FAILURE
-        }
-        _ = shutdown_signal() => {
-            tracing::info!("SIGTERM received; shutting down");
-            ExitCode::SUCCESS
-        }
-    };
+    let code = tasks.wait().await;
     let _ = shutdown_tx.send(true);
-    tasks.abort_all();
+    tasks.shutdown(Duration::from_secs(2)).await;
     Ok(code)
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        }
-        _ => std::future::pending().await,
-    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init_logging(cli.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(cli)) {
-        Ok(code) => code,
-        Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("error: {e:#}");
-            ExitCode::from(2)
-        }
-    }
+    run_main(run(cli))
 }

@@ -13,6 +13,7 @@
 //! - [`source`]: reading Kubernetes-style YAML from a folder.
 //! - [`pipeline`]: inputs → build → encode → publish, with debounce and the folder loop.
 //! - [`telemetry`]: log setup and the metrics page shared by the binaries.
+//! - [`supervise`]: task supervision, signals and the runtime for the binaries.
 //! - [`synthetic`]: generated meshes for benchmarks, load tools and tests.
 
 pub mod api;
@@ -24,5 +25,6 @@ pub mod model;
 pub mod pipeline;
 pub mod push_context;
 pub mod source;
+pub mod supervise;
 pub mod synthetic;
 pub mod telemetry;

@@ -19,12 +19,13 @@ use clap::Parser;
 use pilotfish_shared::api;
 use pilotfish_shared::bus::memory::MemoryBus;
 use pilotfish_shared::bus::redis::RedisConfig;
-use pilotfish_shared::bus::{BusError, BusTask, Follower, PublishOutcome};
+use pilotfish_shared::bus::{BusError, Follower, PublishOutcome};
 use pilotfish_shared::codec::{self, DecodeLimits};
 use pilotfish_shared::mesh_config::MeshConfig;
 use pilotfish_shared::pipeline::folder::{FolderLoop, FolderObserver};
 use pilotfish_shared::pipeline::{Built, Pipeline};
 use pilotfish_shared::push_context::{BuildInputs, PushContext};
+use pilotfish_shared::supervise::{Supervisor, run_main};
 use pilotfish_shared::telemetry::{self, LogFormat};
 use pilotfish_xds::admin::{self, AdminContext};
 use pilotfish_xds::ads::{self, AdsConfig, XdsSnapshot};
@@ -32,7 +33,6 @@ use pilotfish_xds::feed::{self, FeedState};
 use pilotfish_xds::metrics;
 use pilotfish_xds::registry::ConnectionRegistry;
 use tokio::net::TcpListener;
-use tokio::task::JoinSet;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -111,12 +111,6 @@ fn replica_name(flag: Option<String>) -> String {
         .unwrap_or_else(|| "pilotfish-xds".to_string())
 }
 
-type Tasks = JoinSet<(&'static str, Result<()>)>;
-
-fn supervise(tasks: &mut Tasks, name: &'static str, task: BusTask) {
-    tasks.spawn(async move { (name, task.join().await.map_err(Into::into)) });
-}
-
 /// Logs the standalone folder's publishes (the in-memory bus never fails or fences).
 struct StandaloneLog;
 
@@ -138,7 +132,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         ..DecodeLimits::default()
     };
     let decode = move |bytes: &[u8]| codec::decode(bytes, &limits).map(Arc::new);
-    let mut tasks: Tasks = JoinSet::new();
+    let mut tasks = Supervisor::new();
 
     let follower: Follower<Arc<PushContext>> = match (&cli.config_dir, &cli.redis_url) {
         (Some(dir), _) => {
@@ -149,7 +143,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             let bus = MemoryBus::new();
             let (follower, follow_task) = bus.follow(decode);
-            supervise(&mut tasks, "snapshot follower", follow_task);
+            tasks.spawn("snapshot follower", follow_task.join());
             let folder = FolderLoop {
                 dir: dir.clone(),
                 base: BuildInputs {
@@ -162,14 +156,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 resync_every: Duration::from_secs(30),
             };
             let pipeline = Pipeline::new(Arc::new(bus.publisher()));
-            tasks.spawn(async move {
-                (
-                    "config folder",
-                    folder
-                        .run(pipeline, &StandaloneLog)
-                        .await
-                        .map_err(Into::into),
-                )
+            tasks.spawn("config folder", async move {
+                folder.run(pipeline, &StandaloneLog).await
             });
             follower
         }
@@ -184,7 +172,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             tracing::info!(redis = %config, "following snapshots in Redis");
             let (follower, follow_task) = pilotfish_shared::bus::redis::follow(config, decode)?;
-            supervise(&mut tasks, "snapshot follower", follow_task);
+            tasks.spawn("snapshot follower", follow_task.join());
             follower
         }
         (None, None) => bail!("give --config-dir DIR (standalone) or --redis-url URL"),
@@ -195,9 +183,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     let (engine_tx, engine_rx) = tokio::sync::watch::channel::<Option<Arc<dyn XdsSnapshot>>>(None);
     let snapshots = follower.subscribe();
     let (state, reg) = (feed_state.clone(), registry.clone());
-    tasks.spawn(async move {
+    tasks.spawn("snapshot feed", async move {
         feed::run(snapshots, engine_tx, state, reg).await;
-        ("snapshot feed", Ok(()))
+        Ok::<(), anyhow::Error>(())
     });
 
     let xds_listener = TcpListener::bind(cli.xds_addr)
@@ -219,9 +207,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     };
     let ads_stop = stop(shutdown_rx.clone());
     let reg = registry.clone();
-    tasks.spawn(async move {
-        let r = ads::serve(xds_listener, engine_rx, reg, config, ads_stop).await;
-        ("ADS server", r.map_err(Into::into))
+    tasks.spawn("ADS server", async move {
+        ads::serve(xds_listener, engine_rx, reg, config, ads_stop).await
     });
     let follower_for_admin = follower.clone();
     let admin_ctx = AdminContext {
@@ -231,13 +218,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         replica_name: replica.clone(),
     };
     let admin_stop = stop(shutdown_rx.clone());
-    tasks.spawn(async move {
-        (
-            "admin server",
-            admin::serve(admin_listener, admin_ctx, admin_stop)
-                .await
-                .map_err(Into::into),
-        )
+    tasks.spawn("admin server", async move {
+        admin::serve(admin_listener, admin_ctx, admin_stop).await
     });
 
     tracing::info!(replica = %replica, xds = %xds_at, admin = %admin_at, "pilotfish-xds listening");
@@ -248,66 +230,15 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         );
     }
 
-    let code = tokio::select! {
-        ended = tasks.join_next() => {
-            match ended {
-                Some(Ok((name, Ok(())))) => tracing::error!(task = name, "a long-lived task ended; exiting"),
-                Some(Ok((name, Err(e)))) => tracing::error!(task = name, error = format!("{e:#}"), "a long-lived task failed; exiting"),
-                Some(Err(e)) => tracing::error!(error = %e, "a long-lived task panicked; exiting"),
-                None => tracing::error!("no tasks left; exiting"),
-            }
-            ExitCode::FAILURE
-        }
-        _ = shutdown_signal() => {
-            tracing::info!("shutdown signal received");
-            ExitCode::SUCCESS
-        }
-    };
+    let code = tasks.wait().await;
+    // Stop accepting and close streams, so clients reconnect to another replica.
     let _ = shutdown_tx.send(true);
-    // Give the servers a moment to close streams (clients reconnect elsewhere).
-    let _ = tokio::time::timeout(Duration::from_secs(2), async {
-        while tasks.join_next().await.is_some() {}
-    })
-    .await;
-    tasks.abort_all();
+    tasks.shutdown(Duration::from_secs(2)).await;
     Ok(code)
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        }
-        _ => std::future::pending().await,
-    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init_logging(cli.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(cli)) {
-        Ok(code) => code,
-        Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("error: {e:#}");
-            ExitCode::from(2)
-        }
-    }
+    run_main(run(cli))
 }

@@ -764,7 +764,7 @@ pub fn fault_config(f: &HttpFaultInjection) -> Option<HttpFault> {
         } else {
             a.grpc_status
                 .as_deref()
-                .and_then(grpc_code)
+                .and_then(pilotfish_shared::api::grpc_status_code)
                 .map(ErrorType::GrpcStatus)
         };
         if let Some(error) = error {
@@ -780,35 +780,6 @@ pub fn fault_config(f: &HttpFaultInjection) -> Option<HttpFault> {
         }
     }
     (out.delay.is_some() || out.abort.is_some()).then_some(out)
-}
-
-/// A gRPC status code from its name (`UNAVAILABLE`) or number.
-fn grpc_code(name: &str) -> Option<u32> {
-    const CODES: [&str; 17] = [
-        "OK",
-        "CANCELLED",
-        "UNKNOWN",
-        "INVALID_ARGUMENT",
-        "DEADLINE_EXCEEDED",
-        "NOT_FOUND",
-        "ALREADY_EXISTS",
-        "PERMISSION_DENIED",
-        "RESOURCE_EXHAUSTED",
-        "FAILED_PRECONDITION",
-        "ABORTED",
-        "OUT_OF_RANGE",
-        "UNIMPLEMENTED",
-        "INTERNAL",
-        "UNAVAILABLE",
-        "DATA_LOSS",
-        "UNAUTHENTICATED",
-    ];
-    name.parse::<u32>().ok().or_else(|| {
-        CODES
-            .iter()
-            .position(|c| c.eq_ignore_ascii_case(name))
-            .map(|i| i as u32)
-    })
 }
 
 /// A CORS policy as the CORS filter's per-route config.
