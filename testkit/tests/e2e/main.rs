@@ -12,3 +12,4 @@ mod istio_crds;
 mod redis_e2e;
 mod support;
 mod xds_grpc;
+mod xds_lifecycle;
