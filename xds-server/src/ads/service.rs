@@ -232,8 +232,7 @@ impl AggregatedDiscoveryService for AdsServer {
         &self,
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
-        let peer = request.remote_addr();
-        let closing = request.extensions().get::<ConnectionClosing>().cloned();
+        let origin = Origin::of(&request);
         let mut inbound = request.into_inner();
         let (first, proxy) = self
             .accept(&mut inbound, |r: &DiscoveryRequest| {
@@ -248,11 +247,10 @@ impl AggregatedDiscoveryService for AdsServer {
         tokio::spawn(run_stream(
             self.shared.clone(),
             proxy,
-            peer,
+            origin,
             first,
             inbound,
             tx,
-            closing,
             make,
         ));
         Ok(Response::new(ReceiverStream::new(rx)))
@@ -262,8 +260,7 @@ impl AggregatedDiscoveryService for AdsServer {
         &self,
         request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
-        let peer = request.remote_addr();
-        let closing = request.extensions().get::<ConnectionClosing>().cloned();
+        let origin = Origin::of(&request);
         let mut inbound = request.into_inner();
         let (first, proxy) = self
             .accept(&mut inbound, |r: &DeltaDiscoveryRequest| {
@@ -278,11 +275,10 @@ impl AggregatedDiscoveryService for AdsServer {
         tokio::spawn(run_stream(
             self.shared.clone(),
             proxy,
-            peer,
+            origin,
             first,
             inbound,
             tx,
-            closing,
             make,
         ));
         Ok(Response::new(ReceiverStream::new(rx)))
@@ -373,17 +369,32 @@ struct Outbox<R> {
     converging: Option<Instant>,
 }
 
+/// Where a stream came from: its peer and its connection's closing signal.
+struct Origin {
+    peer: Option<SocketAddr>,
+    closing: Option<ConnectionClosing>,
+}
+
+impl Origin {
+    fn of<T>(request: &Request<T>) -> Self {
+        Origin {
+            peer: request.remote_addr(),
+            closing: request.extensions().get::<ConnectionClosing>().cloned(),
+        }
+    }
+}
+
 /// One stream, from its first request to its end.
 async fn run_stream<M: Machine>(
     shared: Arc<Shared>,
     proxy: Arc<Proxy>,
-    peer: Option<SocketAddr>,
+    origin: Origin,
     first: M::Request,
     inbound: Streaming<M::Request>,
     tx: mpsc::Sender<Result<M::Response, Status>>,
-    mut closing: Option<ConnectionClosing>,
     make: impl FnOnce(Arc<Proxy>, Arc<dyn XdsSnapshot>) -> M + Send + 'static,
 ) {
+    let Origin { peer, mut closing } = origin;
     let mut snapshots = shared.snapshots.clone();
     // Streams that arrive before the first snapshot wait for it.
     let stamped = loop {

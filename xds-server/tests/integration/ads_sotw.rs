@@ -553,7 +553,7 @@ async fn draining_spreads_connection_ends_over_the_grace() {
         drain_grace: std::time::Duration::from_millis(800),
         ..AdsConfig::default()
     };
-    let mut server = TestServer::start_with(config, Some(mesh(1))).await;
+    let server = TestServer::start_with(config, Some(mesh(1))).await;
     let mut streams = Vec::new();
     for _ in 0..6 {
         let mut s = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");
