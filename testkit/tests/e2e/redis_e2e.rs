@@ -10,7 +10,8 @@ use pilotfish_testkit::process::{ControllerProcess, XdsServer};
 use pilotfish_testkit::redis::RedisServer;
 
 use crate::xds_grpc::{
-    assert_split, reviews_backends, reviews_client, wait_for_split, write_reviews_mesh,
+    assert_routed_80_20, assert_split, reviews_backends, reviews_client, wait_for_split,
+    write_reviews_mesh,
 };
 
 #[test]
@@ -69,7 +70,7 @@ fn redis_restarted_empty_costs_no_routes_and_heals_by_itself() {
         reviews_client(replicas[1].xds, "client-b"),
     ];
     for client in &mut clients {
-        assert_split(&client.rpcs(&reviews_target(), 500, &[]).unwrap(), 80.0);
+        assert_routed_80_20(&client.rpcs(&reviews_target(), 500, &[]).unwrap());
     }
     let before = replicas[0].admin_json("/debug/snapshot").unwrap()["version"]
         .as_u64()
@@ -157,7 +158,7 @@ fn a_corrupt_blob_is_rejected_counted_and_the_replica_keeps_serving() {
         ControllerProcess::config_dir("controller", dir.path(), &redis.url()).unwrap();
     let replica = XdsServer::following("xds-a", &redis.url(), &["--redis-resync", "1s"]).unwrap();
     let mut client = reviews_client(replica.xds, "client-a");
-    assert_split(&client.rpcs(&reviews_target(), 500, &[]).unwrap(), 80.0);
+    assert_routed_80_20(&client.rpcs(&reviews_target(), 500, &[]).unwrap());
     let served = replica.admin_json("/debug/snapshot").unwrap();
     let epoch = redis_cli(&redis, &["hget", "pilotfish:latest", "epoch"]);
 
@@ -208,5 +209,5 @@ fn a_corrupt_blob_is_rejected_counted_and_the_replica_keeps_serving() {
         still["bus"].as_str().unwrap().contains("last error"),
         "{still}"
     );
-    assert_split(&client.rpcs(&reviews_target(), 500, &[]).unwrap(), 80.0);
+    assert_routed_80_20(&client.rpcs(&reviews_target(), 500, &[]).unwrap());
 }

@@ -72,6 +72,24 @@ pub fn assert_split(tally: &RpcTally, expected_v1: f64) {
     );
 }
 
+/// For batches too small to measure a split (the ±5% check needs 2,000 RPCs): every RPC
+/// succeeded, only v1 and v2 answered, and v1 (80%) answered most of them.
+pub fn assert_routed_80_20(tally: &RpcTally) {
+    assert!(tally.errors.is_empty(), "RPCs failed: {tally:?}");
+    assert!(
+        tally
+            .counts
+            .keys()
+            .all(|k| k == "reviews-v1" || k == "reviews-v2"),
+        "{tally:?}"
+    );
+    let (v1, v2) = (
+        tally.counts.get("reviews-v1"),
+        tally.counts.get("reviews-v2"),
+    );
+    assert!(v1 > v2, "v1 must take most of an 80/20 split: {tally:?}");
+}
+
 /// Makes batches of RPCs until v1's share is within 5 points of `expected_v1`; returns
 /// how long that took. Bounded by `max`.
 pub fn wait_for_split(client: &mut XdsClient, expected_v1: f64, max: Duration) -> Duration {

@@ -11,7 +11,8 @@ use pilotfish_testkit::process::{ControllerProcess, XdsServer};
 use pilotfish_testkit::redis::RedisServer;
 
 use crate::xds_grpc::{
-    assert_split, reviews_backends, reviews_client, wait_for_split, write_reviews_mesh,
+    assert_routed_80_20, assert_split, reviews_backends, reviews_client, wait_for_split,
+    write_reviews_mesh,
 };
 
 #[test]
@@ -23,7 +24,7 @@ fn connections_older_than_the_maximum_age_reconnect_without_a_gap() {
         XdsServer::standalone_with("xds-aging", dir.path(), &["--max-connection-age", "2s"])
             .unwrap();
     let mut client = reviews_client(server.xds, "client-1");
-    assert_split(&client.rpcs(&reviews_target(), 500, &[]).unwrap(), 80.0);
+    assert_routed_80_20(&client.rpcs(&reviews_target(), 500, &[]).unwrap());
     let first_peer = server.clients().unwrap()[0].1.clone();
     let version = server.admin_json("/debug/snapshot").unwrap()["version"].clone();
 
@@ -81,7 +82,7 @@ fn sigterm_drains_clients_to_the_other_replica() {
         .map(|i| reviews_client(service.addr(), &format!("client-{i}")))
         .collect();
     for c in &mut clients {
-        assert_split(&c.rpcs(&reviews_target(), 300, &[]).unwrap(), 80.0);
+        assert_routed_80_20(&c.rpcs(&reviews_target(), 300, &[]).unwrap());
     }
     let on_a = a.clients().unwrap().len();
     assert!(on_a > 0, "the balancer gave replica a no client");
