@@ -2,16 +2,9 @@
 //! Redis for the xDS replicas. Sources: a folder of YAML (`--config-dir`) or, by default,
 //! the Kubernetes API. `validate` checks configs offline.
 //!
-//! `main` supervises every long-lived task (source loop, admin server, Redis watchdog):
-//! if any of them ends, the process exits non-zero, so a dead task never hides behind a
-//! healthy-looking pod.
-
-mod admin;
-mod debounce;
-mod dir_mode;
-mod metrics;
-mod pipeline;
-mod validate_cmd;
+//! `main` supervises every long-lived task (watchers, Lease election, status writer,
+//! source loop, admin server, Redis watchdog): if any of them ends, the process exits
+//! non-zero, so a dead task never hides behind a healthy-looking pod.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -21,6 +14,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
+use pilotfish_controller::k8s::lease::{LeaseConfig, LeaseTimings};
+use pilotfish_controller::{admin, dir_mode, k8s, pipeline, validate_cmd};
 use pilotfish_shared::api;
 use pilotfish_shared::bus::redis::{RedisConfig, RedisPublisher};
 use pilotfish_shared::logging::{self, LogFormat};
@@ -103,7 +98,29 @@ struct RunArgs {
     /// Name of this replica in logs and the Lease (default: the host name).
     #[arg(long, env = "PILOTFISH_REPLICA_NAME")]
     replica_name: Option<String>,
+    /// Name of the coordination.k8s.io/v1 Lease used for leader election.
+    #[arg(
+        long,
+        env = "PILOTFISH_LEASE_NAME",
+        default_value = "pilotfish-controller"
+    )]
+    lease_name: String,
+    /// Namespace of the Lease (default: $POD_NAMESPACE, else istio-system).
+    #[arg(long, env = "PILOTFISH_LEASE_NAMESPACE")]
+    lease_namespace: Option<String>,
+    /// How long a standby waits after the Lease last changed before taking it.
+    #[arg(long, env = "PILOTFISH_LEASE_DURATION", default_value = "15s")]
+    lease_duration: api::Duration,
+    /// How long the leader keeps leading without a successful renewal.
+    #[arg(long, env = "PILOTFISH_RENEW_DEADLINE", default_value = "10s")]
+    renew_deadline: api::Duration,
+    /// Interval between Lease renewals and between attempts.
+    #[arg(long, env = "PILOTFISH_RETRY_PERIOD", default_value = "2s")]
+    retry_period: api::Duration,
 }
+
+/// The task whose end `main` waits for on SIGTERM (it releases the Lease).
+const LEASE_TASK: &str = "Lease election";
 
 fn replica_name(flag: Option<String>) -> String {
     flag.or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
@@ -136,6 +153,14 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         None => redis,
     };
     let publisher = RedisPublisher::new(redis.clone())?;
+    let timings = LeaseTimings {
+        lease_duration: args.lease_duration.as_std(),
+        renew_deadline: args.renew_deadline.as_std(),
+        retry_period: args.retry_period.as_std(),
+    };
+    if args.config_dir.is_none() {
+        timings.validate()?;
+    }
     let admin_state = admin::AdminState::default();
     let admin_listener = admin::bind(args.admin_addr)
         .await
@@ -167,7 +192,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         cluster_domain: cli.cluster_domain.clone(),
         ..Default::default()
     };
-    let pipeline = pipeline::Pipeline::new(Arc::new(publisher));
+    let pipeline = pipeline::Pipeline::new(Arc::new(publisher.clone()));
+    // On SIGTERM, the Lease task releases the Lease; wait for it (bounded).
+    let mut wait_on_shutdown: Option<&'static str> = None;
     match args.config_dir {
         Some(dir) => {
             let mode = dir_mode::DirMode {
@@ -180,10 +207,45 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let state = admin_state.clone();
             tasks.spawn(async move { ("config-dir source", mode.run(pipeline, state).await) });
         }
-        None => bail!("the Kubernetes source is not built yet: run with --config-dir DIR"),
+        None => {
+            let client = kube::Client::try_default().await.context(
+                "cannot configure the Kubernetes client (in-cluster, or KUBECONFIG / ~/.kube/config)",
+            )?;
+            let lease_namespace = args
+                .lease_namespace
+                .clone()
+                .or_else(|| {
+                    std::env::var("POD_NAMESPACE")
+                        .ok()
+                        .filter(|n| !n.is_empty())
+                })
+                .unwrap_or_else(|| "istio-system".to_string());
+            let mode = k8s::KubeMode {
+                client,
+                base,
+                debounce_after: args.debounce_after.as_std(),
+                debounce_max: args.debounce_max.as_std(),
+                lease: LeaseConfig {
+                    name: args.lease_name.clone(),
+                    namespace: lease_namespace,
+                    identity: replica.clone(),
+                    timings,
+                },
+            };
+            tracing::info!(lease = %format!("{}/{}", mode.lease.namespace, mode.lease.name), identity = %replica, ?timings, "Kubernetes source: watching the API, electing a leader");
+            for (name, task) in mode.tasks(
+                pipeline,
+                Arc::new(publisher),
+                admin_state.clone(),
+                shutdown_rx.clone(),
+            ) {
+                tasks.spawn(async move { (name, task.await) });
+            }
+            wait_on_shutdown = Some(LEASE_TASK);
+        }
     }
 
-    let code = tokio::select! {
+    let (code, clean) = tokio::select! {
         ended = tasks.join_next() => {
             match ended {
                 Some(Ok((name, Ok(())))) => tracing::error!(task = name, "a long-lived task ended; exiting"),
@@ -191,14 +253,29 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 Some(Err(e)) => tracing::error!(error = %e, "a long-lived task panicked; exiting"),
                 None => tracing::error!("no tasks left; exiting"),
             }
-            ExitCode::FAILURE
+            (ExitCode::FAILURE, false)
         }
         _ = shutdown_signal() => {
             tracing::info!("SIGTERM received; shutting down");
-            ExitCode::SUCCESS
+            (ExitCode::SUCCESS, true)
         }
     };
     let _ = shutdown_tx.send(true);
+    if let Some(wanted) = wait_on_shutdown.filter(|_| clean) {
+        // Bounded: a release that cannot reach the API server must not hold up exit.
+        let grace = tokio::time::sleep(Duration::from_secs(5));
+        tokio::pin!(grace);
+        loop {
+            tokio::select! {
+                _ = &mut grace => break,
+                ended = tasks.join_next() => match ended {
+                    Some(Ok((name, _))) if name == wanted => break,
+                    None => break,
+                    _ => {}
+                },
+            }
+        }
+    }
     tasks.abort_all();
     Ok(code)
 }

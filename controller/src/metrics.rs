@@ -1,6 +1,7 @@
 //! Prometheus metrics of the controller, in the default registry (`/metrics` encodes
-//! `prometheus::gather()`, which also holds the snapshot bus metrics), under `pilotfish_`
-//! names.
+//! `prometheus::gather()`, which also holds the snapshot bus metrics, among them the
+//! publish time `pilotfish_snapshot_publish_duration_seconds`). Istio's name where Istio
+//! has one (`pilot_k8s_cfg_events`), `pilotfish_` names for the rest.
 
 use std::sync::LazyLock;
 
@@ -71,6 +72,93 @@ pub static REBUILDS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("register pilotfish_rebuilds_total")
 });
 
+/// Changes of watched Kubernetes objects that reached the stores, as Istio counts them:
+/// `type` is the kind, `event` one of `add`, `update`, `delete`.
+pub static K8S_CFG_EVENTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        Opts::new(
+            "pilot_k8s_cfg_events",
+            "Events from the Kubernetes API that changed the controller's view, by kind and event."
+        ),
+        &["type", "event"]
+    )
+    .expect("register pilot_k8s_cfg_events")
+});
+
+/// Updates dropped before the debounce because nothing the mesh reads changed, by kind
+/// and reason (`unchanged`: a no-op or metadata-only update; `status`: only the status
+/// changed, e.g. our own status write coming back).
+pub static K8S_IGNORED_UPDATES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        Opts::new(
+            "pilotfish_k8s_ignored_updates_total",
+            "Kubernetes updates dropped before the debounce because the mesh does not see them, by kind and reason."
+        ),
+        &["type", "reason"]
+    )
+    .expect("register pilotfish_k8s_ignored_updates_total")
+});
+
+/// Watch failures (they are retried with backoff), by kind.
+pub static K8S_WATCH_ERRORS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        Opts::new(
+            "pilotfish_k8s_watch_errors_total",
+            "Failed list or watch requests against the Kubernetes API (retried with backoff), by kind."
+        ),
+        &["type"]
+    )
+    .expect("register pilotfish_k8s_watch_errors_total")
+});
+
+/// Objects that could not be read into their type, by kind (skipped; the watch goes on).
+pub static K8S_DECODE_ERRORS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        Opts::new(
+            "pilotfish_k8s_decode_errors_total",
+            "Objects from the Kubernetes API that could not be decoded and were skipped, by kind."
+        ),
+        &["type"]
+    )
+    .expect("register pilotfish_k8s_decode_errors_total")
+});
+
+/// Lease transitions of this replica (`acquired`, `lost`).
+pub static LEADER_TRANSITIONS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        Opts::new(
+            "pilotfish_leader_transitions_total",
+            "Leadership changes of this controller replica (acquired, lost)."
+        ),
+        &["transition"]
+    )
+    .expect("register pilotfish_leader_transitions_total")
+});
+
+/// Status subresource writes, by kind and result (`written`, `conflict`, `error`).
+pub static STATUS_WRITES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        Opts::new(
+            "pilotfish_status_writes_total",
+            "Writes of the Reconciled condition through the status subresource, by kind and result."
+        ),
+        &["kind", "result"]
+    )
+    .expect("register pilotfish_status_writes_total")
+});
+
+/// Kubernetes Events emitted, by reason.
+pub static EVENTS_EMITTED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        Opts::new(
+            "pilotfish_k8s_events_total",
+            "Kubernetes Events emitted about configuration objects, by reason and result."
+        ),
+        &["reason", "result"]
+    )
+    .expect("register pilotfish_k8s_events_total")
+});
+
 /// The Prometheus text exposition of every registered metric.
 pub fn render() -> String {
     let families = prometheus::gather();
@@ -92,6 +180,23 @@ mod tests {
             .set(1);
         LEADER.set(1);
         REBUILDS.with_label_values(&["full"]).inc();
+        K8S_CFG_EVENTS
+            .with_label_values(&["VirtualService", "add"])
+            .inc();
+        K8S_IGNORED_UPDATES
+            .with_label_values(&["VirtualService", "status"])
+            .inc();
+        K8S_WATCH_ERRORS.with_label_values(&["Lease"]).inc();
+        K8S_DECODE_ERRORS
+            .with_label_values(&["VirtualService"])
+            .inc();
+        LEADER_TRANSITIONS.with_label_values(&["acquired"]).inc();
+        STATUS_WRITES
+            .with_label_values(&["VirtualService", "written"])
+            .inc();
+        EVENTS_EMITTED
+            .with_label_values(&["InvalidConfig", "emitted"])
+            .inc();
         let text = render();
         for name in [
             "pilotfish_debounce_merged_events_total",
@@ -99,6 +204,13 @@ mod tests {
             "pilotfish_invalid_configs",
             "pilotfish_leader",
             "pilotfish_rebuilds_total",
+            "pilot_k8s_cfg_events",
+            "pilotfish_k8s_ignored_updates_total",
+            "pilotfish_k8s_watch_errors_total",
+            "pilotfish_k8s_decode_errors_total",
+            "pilotfish_leader_transitions_total",
+            "pilotfish_status_writes_total",
+            "pilotfish_k8s_events_total",
         ] {
             assert!(text.contains(name), "{name} missing");
         }
