@@ -30,16 +30,21 @@ impl std::fmt::Display for DecodeFailure {
     }
 }
 
+/// What is kept of an object that does not decode.
+#[derive(Clone, Debug)]
+pub struct Undecodable {
+    pub metadata: ObjectMeta,
+    /// The object's `status`, kept as JSON: the status writer compares with it.
+    pub status: Option<Value>,
+    pub failure: DecodeFailure,
+}
+
 /// A watched object, typed when possible.
 #[derive(Clone, Debug)]
 pub enum Decoded<K> {
     Ok(K),
-    Invalid {
-        metadata: ObjectMeta,
-        /// The object's `status`, kept as JSON: the status writer compares with it.
-        status: Option<Value>,
-        failure: DecodeFailure,
-    },
+    /// Boxed: rare, and it keeps the common variant's size.
+    Invalid(Box<Undecodable>),
 }
 
 impl<K: DeserializeOwned> Decoded<K> {
@@ -56,11 +61,11 @@ impl<K: DeserializeOwned> Decoded<K> {
                 // is it an error for the whole response.
                 let metadata =
                     ObjectMeta::deserialize(value.get("metadata").unwrap_or(&Value::Null))?;
-                Ok(Decoded::Invalid {
+                Ok(Decoded::Invalid(Box::new(Undecodable {
                     metadata,
                     status: value.get("status").cloned(),
                     failure,
-                })
+                })))
             }
         }
     }
@@ -92,13 +97,13 @@ impl<K: Resource<DynamicType = ()>> Resource for Decoded<K> {
     fn meta(&self) -> &ObjectMeta {
         match self {
             Decoded::Ok(k) => k.meta(),
-            Decoded::Invalid { metadata, .. } => metadata,
+            Decoded::Invalid(u) => &u.metadata,
         }
     }
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         match self {
             Decoded::Ok(k) => k.meta_mut(),
-            Decoded::Invalid { metadata, .. } => metadata,
+            Decoded::Invalid(u) => &mut u.metadata,
         }
     }
 }
@@ -129,14 +134,14 @@ mod tests {
             "status": {"observedGeneration": 2}
         }))
         .unwrap();
-        let Decoded::Invalid {
+        let Decoded::Invalid(u) = d else {
+            panic!("expected a decode failure");
+        };
+        let Undecodable {
             metadata,
             status,
             failure,
-        } = d
-        else {
-            panic!("expected a decode failure");
-        };
+        } = *u;
         assert_eq!(metadata.name.as_deref(), Some("r"));
         assert_eq!(metadata.generation, Some(3));
         assert_eq!(failure.path, "spec.http[0].timeout");
@@ -154,7 +159,7 @@ mod tests {
             {"metadata": {"name": "good"}, "spec": {"hosts": ["a"]}}
         ]))
         .unwrap();
-        assert!(matches!(&list[0], Decoded::Invalid { .. }));
+        assert!(matches!(&list[0], Decoded::Invalid(_)));
         assert!(matches!(&list[1], Decoded::Ok(_)));
     }
 

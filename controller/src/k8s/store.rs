@@ -214,18 +214,14 @@ impl<T> Ingested<T> {
                 let key = object_key(object.meta());
                 (key, Ingested::Ok(object.ingest()))
             }
-            Decoded::Invalid {
-                metadata,
-                status,
-                failure,
-            } => (
-                object_key(&metadata),
+            Decoded::Invalid(u) => (
+                object_key(&u.metadata),
                 Ingested::Failed(FailedObject {
-                    uid: metadata.uid,
-                    generation: metadata.generation,
-                    resource_version: metadata.resource_version,
-                    status,
-                    failure,
+                    uid: u.metadata.uid,
+                    generation: u.metadata.generation,
+                    resource_version: u.metadata.resource_version,
+                    status: u.status,
+                    failure: u.failure,
                 }),
             ),
         }
