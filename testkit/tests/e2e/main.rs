@@ -8,4 +8,5 @@ mod apiserver_helm;
 mod apiserver_kube;
 mod apiserver_kubectl;
 mod bus_redis;
+mod controller_k8s;
 mod support;
