@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build test test-deps lint unit integration crds crds-check bench run
+.PHONY: all build test test-deps lint unit integration crds crds-check descriptors descriptors-check bench run demo
 
 all: build
 
@@ -26,7 +26,7 @@ unit:
 integration: build
 	$(CARGO) test --workspace --test "*" -- --test-threads=1
 
-test: test-deps lint crds-check unit integration
+test: test-deps lint crds-check descriptors-check unit integration
 
 crds:
 	./scripts/gen-crds.sh
@@ -34,5 +34,22 @@ crds:
 crds-check:
 	./scripts/gen-crds.sh --check
 
+## The Envoy descriptor set pilotfish-xds embeds for proto JSON, derived from envoy-types.
+descriptors:
+	./scripts/gen-envoy-descriptors.sh
+
+descriptors-check:
+	./scripts/gen-envoy-descriptors.sh --check
+
 bench:
 	$(CARGO) bench --workspace
+
+## Standalone xDS server on the bundled bookinfo example (no cluster, no Redis).
+run:
+	$(CARGO) run --bin pilotfish-xds -- --config-dir examples/bookinfo --xds-addr 127.0.0.1:15010 --admin-addr 127.0.0.1:15014
+
+## Routes real RPCs through standalone mode with gRPC's own xDS client (about a minute).
+demo:
+	./scripts/deps/python-grpc.sh
+	$(CARGO) build --bin pilotfish-xds --bin pilotfish-demo
+	$(CARGO) run --bin pilotfish-demo

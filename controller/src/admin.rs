@@ -14,8 +14,8 @@ use pilotfish_shared::bus::PublishOutcome;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-use crate::metrics;
-use crate::pipeline::Built;
+use pilotfish_shared::pipeline::Built;
+use pilotfish_shared::telemetry;
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -88,7 +88,9 @@ impl AdminState {
                 "result": "fenced",
                 "current": current.as_ref().map(|r| json!({"version": r.version, "epoch": r.epoch})),
             }),
-            None => json!({"result": "not published (not the leader)"}),
+            None => {
+                json!({"result": "not published (not the leader, or the bus failed: see the log)"})
+            }
         };
         self.write().snapshot = json!({
             "hash": built.encoded.hash_hex(),
@@ -123,7 +125,7 @@ async fn readyz(State(state): State<AdminState>) -> Response {
 async fn metrics_page() -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        metrics::render(),
+        telemetry::render_metrics(),
     )
         .into_response()
 }

@@ -15,13 +15,16 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use pilotfish_controller::k8s::lease::{LeaseConfig, LeaseTimings};
-use pilotfish_controller::{admin, dir_mode, k8s, pipeline, validate_cmd};
+use pilotfish_controller::{admin, k8s, metrics, validate_cmd};
 use pilotfish_shared::api;
 use pilotfish_shared::bus::redis::{RedisConfig, RedisPublisher};
-use pilotfish_shared::logging::{self, LogFormat};
+use pilotfish_shared::bus::{BusError, PublishOutcome};
 use pilotfish_shared::mesh_config::MeshConfig;
+use pilotfish_shared::pipeline::folder::{FolderLoop, FolderObserver};
+use pilotfish_shared::pipeline::{Built, Pipeline};
 use pilotfish_shared::push_context::BuildInputs;
-use tokio::task::JoinSet;
+use pilotfish_shared::supervise::{Supervisor, run_main};
+use pilotfish_shared::telemetry::{self, LogFormat};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -119,8 +122,26 @@ struct RunArgs {
     retry_period: api::Duration,
 }
 
-/// The task whose end `main` waits for on SIGTERM (it releases the Lease).
-const LEASE_TASK: &str = "Lease election";
+/// Shows the `--config-dir` loop's progress on the admin pages.
+struct FolderAdmin(admin::AdminState);
+
+impl FolderObserver for FolderAdmin {
+    fn epoch_taken(&self, epoch: u64) {
+        self.0
+            .set_leader(serde_json::json!({"mode": "config-dir", "leader": true, "epoch": epoch}));
+    }
+
+    fn published(&self, built: &Built, outcome: Result<&PublishOutcome, &BusError>) {
+        match outcome {
+            Ok(o @ (PublishOutcome::Published(_) | PublishOutcome::Unchanged(_))) => {
+                self.0.set_snapshot(built, Some(o));
+                self.0.set_ready(true, "published the folder's snapshot");
+            }
+            Ok(fenced) => self.0.set_snapshot(built, Some(fenced)),
+            Err(_) => self.0.set_snapshot(built, None),
+        }
+    }
+}
 
 fn replica_name(flag: Option<String>) -> String {
     flag.or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
@@ -167,45 +188,38 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         .with_context(|| format!("cannot listen on {}", args.admin_addr))?;
     tracing::info!(replica = %replica, admin = %admin_listener.local_addr()?, redis = %redis, "pilotfish-controller starting");
 
-    let mut tasks: JoinSet<(&'static str, Result<()>)> = JoinSet::new();
+    let mut tasks = Supervisor::new();
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let mut admin_shutdown = shutdown_rx.clone();
     let state = admin_state.clone();
-    tasks.spawn(async move {
+    tasks.spawn("admin server", async move {
         let stop = async move {
             let _ = admin_shutdown.wait_for(|s| *s).await;
         };
-        (
-            "admin server",
-            admin::serve(admin_listener, state, stop)
-                .await
-                .map_err(Into::into),
-        )
+        admin::serve(admin_listener, state, stop).await
     });
-    let watchdog = publisher.spawn_watchdog();
-    tasks.spawn(async move {
-        let r = watchdog.join().await;
-        ("Redis watchdog", r.map_err(Into::into))
-    });
+    tasks.spawn("Redis watchdog", publisher.spawn_watchdog().join());
     let base = BuildInputs {
         mesh,
         cluster_domain: cli.cluster_domain.clone(),
         ..Default::default()
     };
-    let pipeline = pipeline::Pipeline::new(Arc::new(publisher.clone()));
-    // On SIGTERM, the Lease task releases the Lease; wait for it (bounded).
-    let mut wait_on_shutdown: Option<&'static str> = None;
+    let pipeline = Pipeline::new(Arc::new(publisher.clone()));
     match args.config_dir {
         Some(dir) => {
-            let mode = dir_mode::DirMode {
+            let folder = FolderLoop {
                 dir,
                 base,
                 debounce_after: args.debounce_after.as_std(),
                 debounce_max: args.debounce_max.as_std(),
                 resync_every: Duration::from_secs(30),
             };
-            let state = admin_state.clone();
-            tasks.spawn(async move { ("config-dir source", mode.run(pipeline, state).await) });
+            metrics::LEADER.set(1);
+            admin_state.set_leader(serde_json::json!({"mode": "config-dir", "leader": true, "note": "one writer per key prefix; no Lease"}));
+            let observer = FolderAdmin(admin_state.clone());
+            tasks.spawn("config-dir source", async move {
+                folder.run(pipeline, &observer).await
+            });
         }
         None => {
             let client = kube::Client::try_default().await.context(
@@ -239,82 +253,21 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 admin_state.clone(),
                 shutdown_rx.clone(),
             ) {
-                tasks.spawn(async move { (name, task.await) });
+                tasks.spawn(name, task);
             }
-            wait_on_shutdown = Some(LEASE_TASK);
         }
     }
 
-    let (code, clean) = tokio::select! {
-        ended = tasks.join_next() => {
-            match ended {
-                Some(Ok((name, Ok(())))) => tracing::error!(task = name, "a long-lived task ended; exiting"),
-                Some(Ok((name, Err(e)))) => tracing::error!(task = name, error = format!("{e:#}"), "a long-lived task failed; exiting"),
-                Some(Err(e)) => tracing::error!(error = %e, "a long-lived task panicked; exiting"),
-                None => tracing::error!("no tasks left; exiting"),
-            }
-            (ExitCode::FAILURE, false)
-        }
-        _ = shutdown_signal() => {
-            tracing::info!("SIGTERM received; shutting down");
-            (ExitCode::SUCCESS, true)
-        }
-    };
+    let code = tasks.wait().await;
+    // Every task ends on this signal; the Lease task first releases the Lease (bounded by
+    // the grace period, so an unreachable API server cannot hold up exit).
     let _ = shutdown_tx.send(true);
-    if let Some(wanted) = wait_on_shutdown.filter(|_| clean) {
-        // Bounded: a release that cannot reach the API server must not hold up exit.
-        let grace = tokio::time::sleep(Duration::from_secs(5));
-        tokio::pin!(grace);
-        loop {
-            tokio::select! {
-                _ = &mut grace => break,
-                ended = tasks.join_next() => match ended {
-                    Some(Ok((name, _))) if name == wanted => break,
-                    None => break,
-                    _ => {}
-                },
-            }
-        }
-    }
-    tasks.abort_all();
+    tasks.shutdown(Duration::from_secs(5)).await;
     Ok(code)
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        }
-        _ => std::future::pending().await,
-    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init(cli.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(cli)) {
-        Ok(code) => code,
-        Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("error: {e:#}");
-            ExitCode::from(2)
-        }
-    }
+    telemetry::init_logging(cli.log_format);
+    run_main(run(cli))
 }

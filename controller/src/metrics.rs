@@ -1,54 +1,14 @@
-//! Prometheus metrics of the controller, in the default registry (`/metrics` encodes
-//! `prometheus::gather()`, which also holds the snapshot bus metrics, among them the
-//! publish time `pilotfish_snapshot_publish_duration_seconds`). Istio's name where Istio
-//! has one (`pilot_k8s_cfg_events`), `pilotfish_` names for the rest.
+//! Prometheus metrics of the controller itself (the pipeline's — debounce merges, build
+//! time, invalid configs by kind — and the bus's — publish time — live in
+//! `pilotfish_shared`), in the default registry. Istio's name where Istio has one
+//! (`pilot_k8s_cfg_events`), `pilotfish_` names for the rest.
 
 use std::sync::LazyLock;
 
-use prometheus::{
-    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    register_histogram_vec, register_int_counter, register_int_counter_vec, register_int_gauge,
-    register_int_gauge_vec,
-};
+use prometheus::{IntCounterVec, IntGauge, Opts, register_int_counter_vec, register_int_gauge};
 
 // Registration fails only on a duplicate name or a malformed definition: programming
 // errors that the unit test below catches, so a panic at first use is the right response.
-
-/// Events merged into a rebuild beyond the first of each burst.
-pub static DEBOUNCE_MERGED: LazyLock<IntCounter> = LazyLock::new(|| {
-    register_int_counter!(
-        "pilotfish_debounce_merged_events_total",
-        "Configuration events merged into an already pending rebuild by the debounce."
-    )
-    .expect("register pilotfish_debounce_merged_events_total")
-});
-
-/// Build + encode time of one snapshot, by path (`full`, `endpoints`).
-pub static BUILD_TIME: LazyLock<HistogramVec> = LazyLock::new(|| {
-    register_histogram_vec!(
-        HistogramOpts::new(
-            "pilotfish_build_seconds",
-            "Seconds to build and encode one snapshot, by path."
-        )
-        .buckets(vec![
-            0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0
-        ]),
-        &["path"]
-    )
-    .expect("register pilotfish_build_seconds")
-});
-
-/// Objects currently rejected (with at least one error), by kind.
-pub static INVALID_CONFIGS: LazyLock<IntGaugeVec> = LazyLock::new(|| {
-    register_int_gauge_vec!(
-        Opts::new(
-            "pilotfish_invalid_configs",
-            "Objects with validation errors, by kind."
-        ),
-        &["kind"]
-    )
-    .expect("register pilotfish_invalid_configs")
-});
 
 /// 1 while this replica holds the Lease (always 1 in `--config-dir` mode).
 pub static LEADER: LazyLock<IntGauge> = LazyLock::new(|| {
@@ -57,19 +17,6 @@ pub static LEADER: LazyLock<IntGauge> = LazyLock::new(|| {
         "1 while this controller replica is the leader."
     )
     .expect("register pilotfish_leader")
-});
-
-/// Publishes by outcome are counted by the bus (`pilotfish_snapshot_publishes_total`);
-/// this counts snapshots built, by path.
-pub static REBUILDS: LazyLock<IntCounterVec> = LazyLock::new(|| {
-    register_int_counter_vec!(
-        Opts::new(
-            "pilotfish_rebuilds_total",
-            "Snapshots built, by path (full, endpoints)."
-        ),
-        &["path"]
-    )
-    .expect("register pilotfish_rebuilds_total")
 });
 
 /// Changes of watched Kubernetes objects that reached the stores, as Istio counts them:
@@ -159,27 +106,13 @@ pub static EVENTS_EMITTED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("register pilotfish_k8s_events_total")
 });
 
-/// The Prometheus text exposition of every registered metric.
-pub fn render() -> String {
-    let families = prometheus::gather();
-    prometheus::TextEncoder::new()
-        .encode_to_string(&families)
-        .unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn every_metric_registers_and_renders() {
-        DEBOUNCE_MERGED.inc();
-        BUILD_TIME.with_label_values(&["full"]).observe(0.1);
-        INVALID_CONFIGS
-            .with_label_values(&["VirtualService"])
-            .set(1);
         LEADER.set(1);
-        REBUILDS.with_label_values(&["full"]).inc();
         K8S_CFG_EVENTS
             .with_label_values(&["VirtualService", "add"])
             .inc();
@@ -197,13 +130,9 @@ mod tests {
         EVENTS_EMITTED
             .with_label_values(&["InvalidConfig", "emitted"])
             .inc();
-        let text = render();
+        let text = pilotfish_shared::telemetry::render_metrics();
+        assert!(text.contains("pilotfish_leader 1"), "{text}");
         for name in [
-            "pilotfish_debounce_merged_events_total",
-            "pilotfish_build_seconds",
-            "pilotfish_invalid_configs",
-            "pilotfish_leader",
-            "pilotfish_rebuilds_total",
             "pilot_k8s_cfg_events",
             "pilotfish_k8s_ignored_updates_total",
             "pilotfish_k8s_watch_errors_total",

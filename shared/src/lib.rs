@@ -7,20 +7,24 @@
 //!   Kubernetes objects.
 //! - [`push_context`]: the immutable snapshot of the mesh and its pure builder.
 //! - [`config`]: object identity and the errors reported about objects.
-//! - [`logging`]: log setup shared by the binaries.
 //! - [`mesh_config`]: the MeshConfig subset Pilotfish honours.
 //! - [`codec`]: the snapshot blob format (protobuf + zstd + header).
 //! - [`bus`]: publishing and following snapshots (in-memory and Redis).
 //! - [`source`]: reading Kubernetes-style YAML from a folder.
+//! - [`pipeline`]: inputs → build → encode → publish, with debounce and the folder loop.
+//! - [`telemetry`]: log setup and the metrics page shared by the binaries.
+//! - [`supervise`]: task supervision, signals and the runtime for the binaries.
 //! - [`synthetic`]: generated meshes for benchmarks, load tools and tests.
 
 pub mod api;
 pub mod bus;
 pub mod codec;
 pub mod config;
-pub mod logging;
 pub mod mesh_config;
 pub mod model;
+pub mod pipeline;
 pub mod push_context;
 pub mod source;
+pub mod supervise;
 pub mod synthetic;
+pub mod telemetry;

@@ -4,10 +4,12 @@
 //! - [`tools`]: the real `kubectl`/`helm` binaries, run against it;
 //! - [`redis`]: real `redis-server` processes (killable, restartable) and a cuttable TCP link;
 //! - [`grpc`]: gRPC's own xDS client and backend servers (Python `grpcio`);
+//! - [`mesh`]: the `reviews` mesh (Kubernetes YAML) the end-to-end tests route through;
 //! - [`process`]: Pilotfish's binaries as child processes, free ports, plain HTTP GETs.
 
 pub mod apiserver;
 pub mod grpc;
+pub mod mesh;
 pub mod process;
 pub mod redis;
 pub mod tools;

@@ -197,3 +197,106 @@ impl Drop for ChildProcess {
         let _ = self.child.wait();
     }
 }
+
+/// A `pilotfish-xds` process with its ADS and admin addresses.
+pub struct XdsServer {
+    pub process: ChildProcess,
+    pub xds: SocketAddr,
+    pub admin: SocketAddr,
+}
+
+impl XdsServer {
+    /// Standalone mode on `config_dir`; returns once `/readyz` answers 200.
+    pub fn standalone(name: &str, config_dir: &Path) -> Result<Self, ProcessError> {
+        Self::start(
+            name,
+            &["--config-dir".into(), config_dir.display().to_string()],
+        )
+    }
+
+    /// Following Redis at `url`; returns once `/readyz` answers 200 (a snapshot is loaded).
+    pub fn following(name: &str, url: &str, extra: &[&str]) -> Result<Self, ProcessError> {
+        let mut args = vec!["--redis-url".to_string(), url.to_string()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Self::start(name, &args)
+    }
+
+    fn start(name: &str, source: &[String]) -> Result<Self, ProcessError> {
+        let xds: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let mut args = vec![
+            "--xds-addr".to_string(),
+            xds.to_string(),
+            "--admin-addr".to_string(),
+            admin.to_string(),
+            "--replica-name".to_string(),
+            name.to_string(),
+        ];
+        args.extend(source.iter().cloned());
+        let mut process = ChildProcess::spawn(name, &binary("pilotfish-xds")?, &args, &[])?;
+        process.wait_http_ok(admin, "/readyz", Duration::from_secs(60))?;
+        Ok(XdsServer {
+            process,
+            xds,
+            admin,
+        })
+    }
+
+    /// `GET path` on the admin server, parsed as JSON.
+    pub fn admin_json(&self, path: &str) -> std::io::Result<serde_json::Value> {
+        let (status, body) = http_get(self.admin, path)?;
+        if status != 200 {
+            return Err(std::io::Error::other(format!(
+                "{path} answered {status}: {body}"
+            )));
+        }
+        serde_json::from_str(&body).map_err(std::io::Error::other)
+    }
+
+    /// NACKs recorded on any stream of this replica, as `(proxy id, type, detail)`.
+    pub fn nacks(&self) -> std::io::Result<Vec<(String, String, String)>> {
+        let adsz = self.admin_json("/debug/adsz")?;
+        let mut out = Vec::new();
+        for client in adsz["clients"].as_array().into_iter().flatten() {
+            for t in client["types"].as_array().into_iter().flatten() {
+                if !t["last_nack"].is_null() {
+                    out.push((
+                        client["proxy_id"].as_str().unwrap_or("").to_string(),
+                        t["type_url"].as_str().unwrap_or("").to_string(),
+                        t["last_nack"].to_string(),
+                    ));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A `pilotfish-controller` process publishing to Redis.
+pub struct ControllerProcess {
+    pub process: ChildProcess,
+    pub admin: SocketAddr,
+}
+
+impl ControllerProcess {
+    /// `--config-dir DIR --redis-url URL` mode; returns once `/readyz` answers 200 (the
+    /// folder's first snapshot is published).
+    pub fn config_dir(name: &str, dir: &Path, redis_url: &str) -> Result<Self, ProcessError> {
+        let admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let args = [
+            "--config-dir".to_string(),
+            dir.display().to_string(),
+            "--redis-url".to_string(),
+            redis_url.to_string(),
+            "--admin-addr".to_string(),
+            admin.to_string(),
+            "--replica-name".to_string(),
+            name.to_string(),
+            "--debounce-after".to_string(),
+            "50ms".to_string(),
+        ];
+        let mut process = ChildProcess::spawn(name, &binary("pilotfish-controller")?, &args, &[])?;
+        process.wait_http_ok(admin, "/readyz", Duration::from_secs(60))?;
+        Ok(ControllerProcess { process, admin })
+    }
+}

@@ -7,11 +7,16 @@
 //! - [`registry`]: open streams and their per-type state, for `/debug/adsz` and `/debug/syncz`.
 //! - [`push`]: bounded push admission (full and endpoints-only pools).
 //! - [`metrics`]: the Prometheus metrics, under Istio's names.
-//!
-//! The generators (CDS/EDS/LDS/RDS from the mesh model) plug in by implementing
-//! [`ads::XdsSnapshot`]; they live in `gen/` and the engine does not depend on them.
+//! - [`feed`]: bus follower → generated snapshots → the engine, with the push history.
+//! - [`admin`]: the admin HTTP server and its debug pages.
+//! - [`gen`]: the generators (CDS/EDS/LDS/RDS from the mesh model, sidecar and proxyless)
+//!   and [`gen::GeneratedSnapshot`], which implements [`ads::XdsSnapshot`]; the engine does
+//!   not depend on them.
 
+pub mod admin;
 pub mod ads;
+pub mod feed;
+pub mod r#gen;
 pub mod metrics;
 pub mod node;
 pub mod push;

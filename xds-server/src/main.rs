@@ -1,2 +1,244 @@
-//! pilotfish-xds entry point.
-fn main() {}
+//! `pilotfish-xds`: serves ADS (state-of-the-world and delta) to Envoy sidecars and
+//! proxyless gRPC clients on port 15010, from one of two sources:
+//!
+//! - `--redis-url URL`: follow the snapshots the controller publishes (the scaled-out tier);
+//! - `--config-dir DIR`: standalone — read Kubernetes-style YAML from a folder, build
+//!   snapshots in-process through an in-memory bus (the same decode path as a replica).
+//!
+//! `main` supervises every long-lived task (ADS server, admin server, source, feed) and
+//! exits non-zero when one of them ends.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use pilotfish_shared::api;
+use pilotfish_shared::bus::memory::MemoryBus;
+use pilotfish_shared::bus::redis::RedisConfig;
+use pilotfish_shared::bus::{BusError, Follower, PublishOutcome};
+use pilotfish_shared::codec::{self, DecodeLimits};
+use pilotfish_shared::mesh_config::MeshConfig;
+use pilotfish_shared::pipeline::folder::{FolderLoop, FolderObserver};
+use pilotfish_shared::pipeline::{Built, Pipeline};
+use pilotfish_shared::push_context::{BuildInputs, PushContext};
+use pilotfish_shared::supervise::{Supervisor, run_main};
+use pilotfish_shared::telemetry::{self, LogFormat};
+use pilotfish_xds::admin::{self, AdminContext};
+use pilotfish_xds::ads::{self, AdsConfig, XdsSnapshot};
+use pilotfish_xds::feed::{self, FeedState};
+use pilotfish_xds::metrics;
+use pilotfish_xds::registry::ConnectionRegistry;
+use tokio::net::TcpListener;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "pilotfish-xds",
+    version,
+    about = "Pilotfish xDS server (ADS for Envoy and proxyless gRPC)"
+)]
+struct Cli {
+    /// ADS gRPC address.
+    #[arg(long, env = "PILOTFISH_XDS_ADDR", default_value = "0.0.0.0:15010")]
+    xds_addr: SocketAddr,
+    /// Admin HTTP address (/metrics, /healthz, /readyz, /debug/*).
+    #[arg(long, env = "PILOTFISH_ADMIN_ADDR", default_value = "0.0.0.0:15014")]
+    admin_addr: SocketAddr,
+    /// Standalone: serve the Kubernetes-style YAML in this folder (no cluster, no Redis).
+    #[arg(
+        long,
+        env = "PILOTFISH_CONFIG_DIR",
+        conflicts_with = "redis_url",
+        required_unless_present = "redis_url"
+    )]
+    config_dir: Option<PathBuf>,
+    /// Follow snapshots in Redis: redis://[user@]host:port[/db], rediss://... (TLS) or unix:///path.
+    #[arg(long, env = "PILOTFISH_REDIS_URL")]
+    redis_url: Option<String>,
+    /// Key prefix in Redis.
+    #[arg(long, env = "PILOTFISH_REDIS_PREFIX", default_value = RedisConfig::DEFAULT_PREFIX)]
+    redis_prefix: String,
+    /// File holding the Redis password (else PILOTFISH_REDIS_PASSWORD; never a flag).
+    #[arg(long, env = "PILOTFISH_REDIS_PASSWORD_FILE")]
+    redis_password_file: Option<PathBuf>,
+    /// PEM CA certificate(s) to trust for rediss:// (a private CA).
+    #[arg(long, env = "PILOTFISH_REDIS_CA_FILE")]
+    redis_ca_file: Option<PathBuf>,
+    /// How often to re-read `latest` without a notification (heals lost messages).
+    #[arg(long, env = "PILOTFISH_REDIS_RESYNC", default_value = "10s")]
+    redis_resync: api::Duration,
+    /// Largest snapshot blob accepted, in bytes.
+    #[arg(long, env = "PILOTFISH_MAX_BLOB_BYTES", default_value_t = 64 << 20)]
+    max_blob_bytes: usize,
+    /// Kubernetes cluster domain (standalone mode: resolves short host names).
+    #[arg(
+        long,
+        env = "PILOTFISH_CLUSTER_DOMAIN",
+        default_value = "cluster.local"
+    )]
+    cluster_domain: String,
+    /// Istio MeshConfig YAML (standalone mode; replicas get mesh settings in the snapshot).
+    #[arg(long, env = "PILOTFISH_MESH_CONFIG")]
+    mesh_config: Option<PathBuf>,
+    /// Standalone: quiet period before a rebuild.
+    #[arg(long, env = "PILOTFISH_DEBOUNCE_AFTER", default_value = "100ms")]
+    debounce_after: api::Duration,
+    /// Standalone: longest a burst of changes may delay a rebuild.
+    #[arg(long, env = "PILOTFISH_DEBOUNCE_MAX", default_value = "1s")]
+    debounce_max: api::Duration,
+    /// `control_plane.identifier` of every response and the name in logs (default: host name).
+    #[arg(long, env = "PILOTFISH_REPLICA_NAME")]
+    replica_name: Option<String>,
+    /// Streams computing a full push at once.
+    #[arg(long, env = "PILOTFISH_PUSH_CONCURRENCY", default_value_t = 64)]
+    push_concurrency: usize,
+    /// Log format.
+    #[arg(long, env = "PILOTFISH_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
+}
+
+fn replica_name(flag: Option<String>) -> String {
+    flag.or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "pilotfish-xds".to_string())
+}
+
+/// Logs the standalone folder's publishes (the in-memory bus never fails or fences).
+struct StandaloneLog;
+
+impl FolderObserver for StandaloneLog {
+    fn published(&self, built: &Built, outcome: Result<&PublishOutcome, &BusError>) {
+        if let Err(e) = outcome {
+            tracing::error!(error = %e, "in-memory publish failed");
+        } else if !built.kept_previous.is_empty() {
+            tracing::warn!(objects = ?built.kept_previous.iter().map(ToString::to_string).collect::<Vec<_>>(), "invalid edits: the last accepted versions stay in use");
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<ExitCode> {
+    let replica = replica_name(cli.replica_name.clone());
+    metrics::register_all();
+    let limits = DecodeLimits {
+        max_blob_bytes: cli.max_blob_bytes,
+        ..DecodeLimits::default()
+    };
+    let decode = move |bytes: &[u8]| codec::decode(bytes, &limits).map(Arc::new);
+    let mut tasks = Supervisor::new();
+
+    let follower: Follower<Arc<PushContext>> = match (&cli.config_dir, &cli.redis_url) {
+        (Some(dir), _) => {
+            let mesh =
+                MeshConfig::load(cli.mesh_config.as_deref()).context("invalid --mesh-config")?;
+            if !dir.is_dir() {
+                bail!("--config-dir {}: not a folder", dir.display());
+            }
+            let bus = MemoryBus::new();
+            let (follower, follow_task) = bus.follow(decode);
+            tasks.spawn("snapshot follower", follow_task.join());
+            let folder = FolderLoop {
+                dir: dir.clone(),
+                base: BuildInputs {
+                    mesh,
+                    cluster_domain: cli.cluster_domain.clone(),
+                    ..Default::default()
+                },
+                debounce_after: cli.debounce_after.as_std(),
+                debounce_max: cli.debounce_max.as_std(),
+                resync_every: Duration::from_secs(30),
+            };
+            let pipeline = Pipeline::new(Arc::new(bus.publisher()));
+            tasks.spawn("config folder", async move {
+                folder.run(pipeline, &StandaloneLog).await
+            });
+            follower
+        }
+        (None, Some(url)) => {
+            let mut config = RedisConfig::new(url)?
+                .with_prefix(&cli.redis_prefix)
+                .with_password_from(cli.redis_password_file.as_deref())?
+                .with_resync_interval(cli.redis_resync.as_std())
+                .with_max_blob_bytes(cli.max_blob_bytes as u64);
+            if let Some(ca) = &cli.redis_ca_file {
+                config = config.with_tls_ca_file(ca)?;
+            }
+            tracing::info!(redis = %config, "following snapshots in Redis");
+            let (follower, follow_task) = pilotfish_shared::bus::redis::follow(config, decode)?;
+            tasks.spawn("snapshot follower", follow_task.join());
+            follower
+        }
+        (None, None) => bail!("give --config-dir DIR (standalone) or --redis-url URL"),
+    };
+
+    let registry = ConnectionRegistry::new();
+    let feed_state = Arc::new(FeedState::default());
+    let (engine_tx, engine_rx) = tokio::sync::watch::channel::<Option<Arc<dyn XdsSnapshot>>>(None);
+    let snapshots = follower.subscribe();
+    let (state, reg) = (feed_state.clone(), registry.clone());
+    tasks.spawn("snapshot feed", async move {
+        feed::run(snapshots, engine_tx, state, reg).await;
+        Ok::<(), anyhow::Error>(())
+    });
+
+    let xds_listener = TcpListener::bind(cli.xds_addr)
+        .await
+        .with_context(|| format!("cannot listen on {}", cli.xds_addr))?;
+    let admin_listener = TcpListener::bind(cli.admin_addr)
+        .await
+        .with_context(|| format!("cannot listen on {}", cli.admin_addr))?;
+    let (xds_at, admin_at) = (xds_listener.local_addr()?, admin_listener.local_addr()?);
+    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    let stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let config = AdsConfig {
+        replica_name: replica.clone(),
+        push_concurrency: cli.push_concurrency,
+        endpoint_push_concurrency: cli.push_concurrency,
+        ..AdsConfig::default()
+    };
+    let ads_stop = stop(shutdown_rx.clone());
+    let reg = registry.clone();
+    tasks.spawn("ADS server", async move {
+        ads::serve(xds_listener, engine_rx, reg, config, ads_stop).await
+    });
+    let follower_for_admin = follower.clone();
+    let admin_ctx = AdminContext {
+        registry,
+        feed: feed_state,
+        follower: Arc::new(move || follower_for_admin.status()),
+        replica_name: replica.clone(),
+    };
+    let admin_stop = stop(shutdown_rx.clone());
+    tasks.spawn("admin server", async move {
+        admin::serve(admin_listener, admin_ctx, admin_stop).await
+    });
+
+    tracing::info!(replica = %replica, xds = %xds_at, admin = %admin_at, "pilotfish-xds listening");
+    if let Some(dir) = &cli.config_dir {
+        eprintln!(
+            "\npilotfish-xds (standalone) is serving {dir}\n  ADS (gRPC):  {xds_at}\n  admin HTTP:  http://{admin_at}/debug/adsz  (also /readyz, /metrics, /debug/syncz, /debug/config_dump?proxyID=...)\n  Envoy:       envoy -c docs/envoy-bootstrap.yaml\n  gRPC client: GRPC_XDS_BOOTSTRAP=docs/grpc-xds-bootstrap.json, dial xds:///reviews.default.svc.cluster.local:9080\n",
+            dir = dir.display()
+        );
+    }
+
+    let code = tasks.wait().await;
+    // Stop accepting and close streams, so clients reconnect to another replica.
+    let _ = shutdown_tx.send(true);
+    tasks.shutdown(Duration::from_secs(2)).await;
+    Ok(code)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    telemetry::init_logging(cli.log_format);
+    run_main(run(cli))
+}

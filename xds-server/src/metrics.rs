@@ -112,6 +112,7 @@ pub fn register_all() {
     LazyLock::force(&STALE_NONCES);
     LazyLock::force(&UNKNOWN_TYPES);
     LazyLock::force(&INVALID_NODES);
+    crate::r#gen::metrics::register_all();
 }
 
 #[cfg(test)]

@@ -35,9 +35,9 @@ use pilotfish_shared::push_context::BuildInputs;
 use tokio::sync::{mpsc, watch as channel};
 
 use crate::admin::AdminState;
-use crate::pipeline::Pipeline;
 use lease::{Leadership, LeaseConfig};
 use mode::{ModeLoop, Resign};
+use pilotfish_shared::pipeline::Pipeline;
 use status::StatusWriter;
 use store::Watched;
 
@@ -84,6 +84,20 @@ where
     )
 }
 
+/// Runs `task` until `shutdown` turns true (then ends it with success).
+fn until_shutdown(
+    mut shutdown: channel::Receiver<bool>,
+    task: BoxFuture<'static, anyhow::Result<()>>,
+) -> BoxFuture<'static, anyhow::Result<()>> {
+    async move {
+        tokio::select! {
+            r = task => r,
+            _ = shutdown.wait_for(|s| *s) => Ok(()),
+        }
+    }
+    .boxed()
+}
+
 impl KubeMode {
     /// Builds every task of the mode. `shutdown` turning true makes the Lease task
     /// release the Lease (if held) and end.
@@ -107,7 +121,7 @@ impl KubeMode {
         });
         let (jobs_tx, jobs_rx) = channel::channel(None);
         let client = self.client.clone();
-        let mut tasks = vec![
+        let tasks = vec![
             watch_task::<VirtualService>(client.clone(), updates_tx.clone()),
             watch_task::<DestinationRule>(client.clone(), updates_tx.clone()),
             watch_task::<ServiceEntry>(client.clone(), updates_tx.clone()),
@@ -116,12 +130,19 @@ impl KubeMode {
             watch_task::<Pod>(client.clone(), updates_tx.clone()),
             watch_task::<Namespace>(client.clone(), updates_tx),
         ];
+        // On shutdown every task but the election simply ends; the election first
+        // releases the Lease (a standby then takes over without waiting for expiry).
+        let mut tasks: Vec<Task> = tasks
+            .into_iter()
+            .map(|(name, task)| (name, until_shutdown(shutdown.clone(), task)))
+            .collect();
         let lease_api: Api<Lease> = Api::namespaced(client.clone(), &self.lease.namespace);
         let lease_config = self.lease.clone();
+        let lease_shutdown = shutdown.clone();
         tasks.push((
             "Lease election",
             async move {
-                lease::run(lease_api, lease_config, leadership_tx, shutdown)
+                lease::run(lease_api, lease_config, leadership_tx, lease_shutdown)
                     .await
                     .map_err(Into::into)
             }
@@ -135,7 +156,10 @@ impl KubeMode {
         );
         tasks.push((
             "status writer",
-            async move { writer.run().await.map_err(Into::into) }.boxed(),
+            until_shutdown(
+                shutdown.clone(),
+                async move { writer.run().await.map_err(Into::into) }.boxed(),
+            ),
         ));
         let mode_loop = ModeLoop {
             identity: self.lease.identity.clone(),
@@ -149,7 +173,10 @@ impl KubeMode {
             resign,
             admin,
         };
-        tasks.push(("controller loop", mode_loop.run(pipeline).boxed()));
+        tasks.push((
+            "controller loop",
+            until_shutdown(shutdown, mode_loop.run(pipeline).boxed()),
+        ));
         tasks
     }
 }

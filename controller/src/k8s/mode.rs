@@ -29,9 +29,9 @@ use super::lease::Leadership;
 use super::status::{BuildReport, StatusJob};
 use super::store::{Stores, Update};
 use crate::admin::AdminState;
-use crate::debounce::{ChangeClass, Debouncer};
 use crate::metrics;
-use crate::pipeline::{Built, Pipeline};
+use pilotfish_shared::pipeline::debounce::{ChangeClass, Debouncer};
+use pilotfish_shared::pipeline::{Built, Pipeline};
 
 /// Giving up the bus epoch when leadership ends (the Redis publisher's `resign`), so its
 /// watchdog stops republishing.
@@ -222,7 +222,7 @@ impl ModeLoop {
         let Some(burst) = s.debounce.take_if_due(std::time::Instant::now()) else {
             return;
         };
-        metrics::DEBOUNCE_MERGED.inc_by(burst.events.saturating_sub(1));
+        pilotfish_shared::pipeline::metrics::DEBOUNCE_MERGED.inc_by(burst.events.saturating_sub(1));
         let inputs = s.stores.inputs(&self.base);
         let generations = BuildReport::generations(&inputs);
         let built = s.pipeline.build(inputs, burst.endpoints_only).await;

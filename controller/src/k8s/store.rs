@@ -25,7 +25,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::decode::{DecodeFailure, Decoded};
-use crate::debounce::ChangeClass;
+use pilotfish_shared::pipeline::debounce::ChangeClass;
 
 /// `(namespace, name)`; the namespace is empty for cluster-scoped kinds.
 pub type ObjectKey = (String, String);

@@ -50,11 +50,12 @@ pub use strict::{
     yaml_documents,
 };
 pub use virtual_service::{
-    CorsPolicy, Delegate, HeaderOperations, Headers, HttpBody, HttpDirectResponse, HttpFaultAbort,
-    HttpFaultDelay, HttpFaultInjection, HttpMatchRequest, HttpMirrorPolicy, HttpRedirect,
-    HttpRetry, HttpRewrite, HttpRoute, HttpRouteDestination, L4MatchAttributes,
-    RedirectPortSelection, RegexRewrite, RouteDestination, TcpRoute, TlsMatchAttributes, TlsRoute,
-    UnmatchedPreflights, VirtualService, VirtualServiceSpec,
+    CorsPolicy, Delegate, GRPC_STATUS_NAMES, HeaderOperations, Headers, HttpBody,
+    HttpDirectResponse, HttpFaultAbort, HttpFaultDelay, HttpFaultInjection, HttpMatchRequest,
+    HttpMirrorPolicy, HttpRedirect, HttpRetry, HttpRewrite, HttpRoute, HttpRouteDestination,
+    L4MatchAttributes, RedirectPortSelection, RegexRewrite, RouteDestination, TcpRoute,
+    TlsMatchAttributes, TlsRoute, UnmatchedPreflights, VirtualService, VirtualServiceSpec,
+    grpc_status_code,
 };
 
 /// The API group of every kind here.

@@ -749,6 +749,36 @@ pub struct HeaderOperations {
     pub remove: Vec<String>,
 }
 
+/// gRPC status names `fault.abort.grpcStatus` accepts, in code order. Istio documents the
+/// all-caps names only (`UNAVAILABLE`, not `14`).
+pub const GRPC_STATUS_NAMES: [&str; 17] = [
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+];
+
+/// The numeric code of a gRPC status name (`UNAVAILABLE` → 14).
+pub fn grpc_status_code(name: &str) -> Option<u32> {
+    GRPC_STATUS_NAMES
+        .iter()
+        .position(|n| *n == name)
+        .map(|i| i as u32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

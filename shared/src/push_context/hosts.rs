@@ -1,20 +1,17 @@
 //! Host names as Istio treats them: short names resolved against a namespace and the
 //! cluster domain, and wildcard matching (`*.example.com`, `*`).
 
-/// Resolves a host as written in a config owned by `namespace`: `reviews` becomes
-/// `reviews.<namespace>.svc.<domain>`; `reviews.other` becomes `reviews.other.svc.<domain>`;
-/// names with two or more dots, wildcards and `*` are kept as written (lower-cased).
+/// Resolves a host as written in a config owned by `namespace`, as Istio does: a name
+/// without a dot (`reviews`) becomes `reviews.<namespace>.svc.<domain>`; anything with a
+/// dot (`reviews.other.svc.cluster.local`, `httpbin.org`), an IP address and wildcards are
+/// kept as written (lower-cased). Istio does not expand `name.namespace`: write the FQDN
+/// for another namespace's service.
 pub fn resolve_short_name(host: &str, namespace: &str, domain: &str) -> String {
     let host = host.trim().to_ascii_lowercase();
-    if host.starts_with('*') || host.contains(':') {
+    if host.starts_with('*') || host.contains('.') || host.contains(':') {
         return host;
     }
-    match host.matches('.').count() {
-        0 => format!("{host}.{namespace}.svc.{domain}"),
-        // `name.namespace` is Istio's short form for another namespace's service.
-        1 => format!("{host}.svc.{domain}"),
-        _ => host,
-    }
+    format!("{host}.{namespace}.svc.{domain}")
 }
 
 /// Whether `pattern` (a config host, possibly a wildcard) matches the concrete `host`.
@@ -108,7 +105,15 @@ mod tests {
         );
         assert_eq!(
             resolve_short_name("reviews.other", "bookinfo", "cluster.local"),
-            "reviews.other.svc.cluster.local"
+            "reviews.other"
+        );
+        assert_eq!(
+            resolve_short_name("httpbin.org", "bookinfo", "cluster.local"),
+            "httpbin.org"
+        );
+        assert_eq!(
+            resolve_short_name("10.0.0.1", "bookinfo", "cluster.local"),
+            "10.0.0.1"
         );
         assert_eq!(
             resolve_short_name("api.example.com", "bookinfo", "cluster.local"),

@@ -8,7 +8,7 @@ use super::{Validated, ValidationContext};
 use crate::api::{
     CorsPolicy, Destination, Headers, HttpFaultInjection, HttpMatchRequest, HttpRoute,
     HttpRouteDestination, Oneofs, RouteDestination, StringMatch, VirtualService,
-    VirtualServiceSpec,
+    VirtualServiceSpec, grpc_status_code,
 };
 use crate::config::{ConfigKey, ConfigKind};
 use crate::model::kube::namespace_of;
@@ -36,27 +36,6 @@ const RETRY_ON: [&str; 19] = [
     "previous-hosts",
     "retriable-status-code",
     "gateway-error-retriable",
-];
-
-/// gRPC status names `fault.abort.grpcStatus` accepts.
-pub const GRPC_STATUS: [&str; 17] = [
-    "OK",
-    "CANCELLED",
-    "UNKNOWN",
-    "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED",
-    "NOT_FOUND",
-    "ALREADY_EXISTS",
-    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION",
-    "ABORTED",
-    "OUT_OF_RANGE",
-    "UNIMPLEMENTED",
-    "INTERNAL",
-    "UNAVAILABLE",
-    "DATA_LOSS",
-    "UNAUTHENTICATED",
 ];
 
 const HTTP_METHODS: [&str; 9] = [
@@ -460,7 +439,7 @@ impl VsValidator<'_> {
                     format!("{ap}.httpStatus"),
                     format!("must be between 200 and 599 (got {s})"),
                 ),
-                (None, Some(g), _) if !GRPC_STATUS.contains(&g.as_str()) => f.error(
+                (None, Some(g), _) if grpc_status_code(g).is_none() => f.error(
                     format!("{ap}.grpcStatus"),
                     format!("{g:?} is not a gRPC status name (like UNAVAILABLE)"),
                 ),

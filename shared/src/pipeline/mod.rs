@@ -2,17 +2,24 @@
 //! threads), then publish through the bus. The pipeline owns the previous snapshot: the
 //! builder keeps an object's last accepted version from it when an edit is invalid, and
 //! the endpoint-only path starts from it.
+//!
+//! - [`Pipeline`]: one build + publish at a time, with findings logged once and counted.
+//! - [`debounce`]: bursts of changes become one rebuild.
+//! - [`folder`]: the loop that turns a folder of YAML into published snapshots (the
+//!   controller's `--config-dir` mode and the xDS server's standalone mode).
+
+pub mod debounce;
+pub mod folder;
+pub mod metrics;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pilotfish_shared::bus::{BusError, EncodedSnapshot, PublishOutcome, SnapshotPublisher};
-use pilotfish_shared::codec::{self, Encoded};
-use pilotfish_shared::config::{ConfigError, ConfigKey, ConfigKind};
-use pilotfish_shared::push_context::{BuildInputs, PushContext, build, build_endpoints_only};
-
-use crate::metrics;
+use crate::bus::{BusError, EncodedSnapshot, PublishOutcome, SnapshotPublisher};
+use crate::codec::{self, Encoded};
+use crate::config::{ConfigError, ConfigKey, ConfigKind};
+use crate::push_context::{BuildInputs, PushContext, build, build_endpoints_only};
 
 /// One built snapshot, ready to publish.
 #[derive(Debug)]
@@ -141,8 +148,8 @@ impl Pipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pilotfish_shared::bus::memory::MemoryBus;
-    use pilotfish_shared::synthetic::{MeshShape, mesh};
+    use crate::bus::memory::MemoryBus;
+    use crate::synthetic::{MeshShape, mesh};
 
     #[tokio::test]
     async fn builds_publishes_and_takes_the_cheap_path_for_endpoints() {

@@ -1,5 +1,6 @@
-//! Log setup shared by the binaries: `tracing` to stderr, filtered by `RUST_LOG` (default
-//! `info`), as human-readable text or one JSON object per line (`--log-format json`).
+//! Logs and metrics plumbing shared by the binaries: `tracing` to stderr, filtered by
+//! `RUST_LOG` (default `info`), as text or one JSON object per line (`--log-format json`);
+//! and the Prometheus text of every metric in the default registry, for `/metrics`.
 
 use std::str::FromStr;
 
@@ -26,7 +27,7 @@ impl FromStr for LogFormat {
 }
 
 /// Installs the global subscriber. Calling it twice is harmless (the second call is ignored).
-pub fn init(format: LogFormat) {
+pub fn init_logging(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
@@ -36,4 +37,12 @@ pub fn init(format: LogFormat) {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
+}
+
+/// The Prometheus text exposition of every metric in the default registry.
+pub fn render_metrics() -> String {
+    let families = prometheus::gather();
+    prometheus::TextEncoder::new()
+        .encode_to_string(&families)
+        .unwrap_or_default()
 }

@@ -1,0 +1,245 @@
+//! A folder of Kubernetes-style YAML as a published stream of snapshots: the loop behind
+//! the controller's `--config-dir` mode and the xDS server's standalone mode. Every change
+//! is debounced, the folder rescanned (each file keeps its last good content), the mesh
+//! rebuilt and published. No Lease: one writer per bus key prefix, so the loop takes a new
+//! epoch at start, which fences any earlier writer of the same prefix.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::debounce::{ChangeClass, Debouncer};
+use super::{Built, Pipeline, metrics};
+use crate::bus::{BusError, PublishOutcome, SnapshotRef};
+use crate::push_context::BuildInputs;
+use crate::source::DirSource;
+
+/// Why the folder loop stopped (it runs until then).
+#[derive(Debug, thiserror::Error)]
+pub enum FolderError {
+    #[error("cannot read {dir}: {source}")]
+    Read {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot watch {dir}: {source}")]
+    Watch {
+        dir: PathBuf,
+        #[source]
+        source: notify::Error,
+    },
+    #[error("the watch on {0} ended")]
+    WatchEnded(PathBuf),
+    #[error(
+        "another writer took over this key prefix (latest: {}); only one folder publisher may write a prefix",
+        .current.as_ref().map(ToString::to_string).unwrap_or_else(|| "none".into())
+    )]
+    Fenced { current: Option<SnapshotRef> },
+}
+
+/// Told about each publish attempt, so a binary can show it on its admin pages.
+pub trait FolderObserver: Send + Sync {
+    /// After taking the epoch at start.
+    fn epoch_taken(&self, _epoch: u64) {}
+    /// After each publish attempt of `built`: `Ok` with what the bus did, or the error
+    /// (the loop retries with backoff).
+    fn published(&self, built: &Built, outcome: Result<&PublishOutcome, &BusError>);
+}
+
+/// How the folder loop runs.
+#[derive(Clone, Debug)]
+pub struct FolderLoop {
+    pub dir: PathBuf,
+    /// Mesh config and cluster domain; the folder's objects are added to it.
+    pub base: BuildInputs,
+    pub debounce_after: Duration,
+    pub debounce_max: Duration,
+    /// A rescan without a filesystem event, in case an event was missed (network
+    /// filesystems, ConfigMap volume swaps).
+    pub resync_every: Duration,
+}
+
+/// Retries after a failed publish or epoch, from 200 ms up to 10 s.
+fn retry_delay(attempt: u32) -> Duration {
+    Duration::from_millis(200u64.saturating_mul(1 << attempt.min(6))).min(Duration::from_secs(10))
+}
+
+impl FolderLoop {
+    pub async fn run(
+        self,
+        mut pipeline: Pipeline,
+        observer: &dyn FolderObserver,
+    ) -> Result<(), FolderError> {
+        let epoch = take_epoch_with_retry(&pipeline).await;
+        observer.epoch_taken(epoch);
+        let mut source = DirSource::new(&self.dir);
+        let (_watcher, mut events) =
+            crate::source::watch_dir(&self.dir).map_err(|source| FolderError::Watch {
+                dir: self.dir.clone(),
+                source,
+            })?;
+        let mut debounce = Debouncer::new(self.debounce_after, self.debounce_max);
+        // The first build happens at once.
+        debounce.event(std::time::Instant::now(), ChangeClass::Config);
+        let mut pending: Option<Built> = None;
+        let mut attempt = 0u32;
+        let mut retry_at: Option<Instant> = None;
+        let mut resync = tokio::time::interval(self.resync_every);
+        resync.tick().await;
+        loop {
+            let due = debounce.deadline().map(Instant::from_std);
+            tokio::select! {
+                event = events.recv() => {
+                    if event.is_none() {
+                        return Err(FolderError::WatchEnded(self.dir.clone()));
+                    }
+                    debounce.event(std::time::Instant::now(), ChangeClass::Config);
+                }
+                _ = resync.tick() => debounce.event(std::time::Instant::now(), ChangeClass::Config),
+                _ = sleep_until_opt(due) => {
+                    let Some(burst) = debounce.take_if_due(std::time::Instant::now()) else { continue };
+                    metrics::DEBOUNCE_MERGED.inc_by(burst.events.saturating_sub(1));
+                    let report = source.rescan().map_err(|source| FolderError::Read { dir: self.dir.clone(), source })?;
+                    for e in &report.new_errors {
+                        tracing::warn!("{e} (the file's last good content stays in use)");
+                    }
+                    for kind in &report.new_unknown_kinds {
+                        tracing::info!(kind = %kind, "ignoring objects of a kind Pilotfish does not read");
+                    }
+                    if report.changed || pipeline.previous().is_none() {
+                        pending = Some(pipeline.build(source.inputs(self.base.clone()), false).await);
+                        attempt = 0;
+                        retry_at = Some(Instant::now());
+                    }
+                }
+                _ = sleep_until_opt(retry_at) => {
+                    retry_at = None;
+                    let Some(built) = pending.take() else { continue };
+                    match pipeline.publish(&built).await {
+                        Ok(PublishOutcome::Fenced { current }) => {
+                            observer.published(&built, Ok(&PublishOutcome::Fenced { current: current.clone() }));
+                            return Err(FolderError::Fenced { current });
+                        }
+                        Ok(outcome) => {
+                            if let PublishOutcome::Published(r) = &outcome {
+                                tracing::info!(version = r.version, hash = %built.encoded.hash_hex(), build_ms = built.took.as_millis() as u64, "published snapshot");
+                            }
+                            observer.published(&built, Ok(&outcome));
+                        }
+                        Err(e) => {
+                            let delay = retry_delay(attempt);
+                            tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "publish failed; retrying");
+                            observer.published(&built, Err(&e));
+                            pending = Some(built);
+                            attempt += 1;
+                            retry_at = Some(Instant::now() + delay);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn take_epoch_with_retry(pipeline: &Pipeline) -> u64 {
+    let mut attempt = 0;
+    loop {
+        match pipeline.take_epoch().await {
+            Ok(epoch) => {
+                tracing::info!(
+                    epoch,
+                    "took a new epoch; earlier writers of this key prefix are fenced"
+                );
+                return epoch;
+            }
+            Err(e) => {
+                let delay = retry_delay(attempt);
+                tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "cannot take an epoch yet");
+                tokio::time::sleep(delay).await;
+                attempt += 1;
+            }
+        }
+    }
+}
+
+/// Sleeps until `at`, or forever when `None` (a disabled `select!` branch).
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bus::memory::MemoryBus;
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct Seen(Mutex<Vec<String>>);
+
+    impl FolderObserver for Seen {
+        fn published(&self, built: &Built, outcome: Result<&PublishOutcome, &BusError>) {
+            let what = match outcome {
+                Ok(PublishOutcome::Published(r)) => format!(
+                    "published v{} {}",
+                    r.version,
+                    built.context.services().len()
+                ),
+                Ok(other) => format!("{other:?}"),
+                Err(e) => format!("error {e}"),
+            };
+            self.0.lock().unwrap().push(what);
+        }
+    }
+
+    #[tokio::test]
+    async fn publishes_the_folder_and_follows_edits() {
+        let dir = tempfile::tempdir().unwrap();
+        let svc = |name: &str| {
+            format!(
+                "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}}}\nspec: {{ports: [{{name: http, port: 80}}]}}\n"
+            )
+        };
+        std::fs::write(dir.path().join("a.yaml"), svc("a")).unwrap();
+        let bus = MemoryBus::new();
+        let pipeline = Pipeline::new(std::sync::Arc::new(bus.publisher()));
+        let seen = std::sync::Arc::new(Seen::default());
+        let looped = FolderLoop {
+            dir: dir.path().to_path_buf(),
+            base: BuildInputs {
+                cluster_domain: "cluster.local".into(),
+                ..Default::default()
+            },
+            debounce_after: Duration::from_millis(20),
+            debounce_max: Duration::from_millis(200),
+            resync_every: Duration::from_secs(3600),
+        };
+        let observer = seen.clone();
+        let task = tokio::spawn(async move { looped.run(pipeline, &*observer).await });
+        let wait_for = |n: usize| {
+            let seen = seen.clone();
+            async move {
+                for _ in 0..500 {
+                    if seen.0.lock().unwrap().len() >= n {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                panic!("no publish within 5 s: {:?}", seen.0.lock().unwrap());
+            }
+        };
+        wait_for(1).await;
+        std::fs::write(dir.path().join("b.yaml"), svc("b")).unwrap();
+        wait_for(2).await;
+        assert_eq!(
+            *seen.0.lock().unwrap(),
+            ["published v1 1", "published v2 2"]
+        );
+        assert_eq!(bus.latest().unwrap().version, 2);
+        task.abort();
+    }
+}

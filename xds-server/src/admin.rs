@@ -1,0 +1,155 @@
+//! The xDS replica's admin HTTP server (port 15014): `/metrics`, `/healthz`, `/readyz`
+//! (ready once a snapshot is loaded, and staying ready while the bus is unreachable),
+//! `/debug/adsz`, `/debug/syncz`, `/debug/config_dump?proxyID=`, `/debug/push_status`,
+//! `/debug/snapshot`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use pilotfish_shared::bus::FollowerStatus;
+use pilotfish_shared::telemetry;
+use serde_json::json;
+use tokio::net::TcpListener;
+
+use crate::feed::FeedState;
+use crate::r#gen::config_dump;
+use crate::registry::ConnectionRegistry;
+
+/// What the admin pages read.
+#[derive(Clone)]
+pub struct AdminContext {
+    pub registry: ConnectionRegistry,
+    pub feed: Arc<FeedState>,
+    /// The bus follower's health.
+    pub follower: Arc<dyn Fn() -> FollowerStatus + Send + Sync>,
+    pub replica_name: String,
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(ctx): State<AdminContext>) -> Response {
+    let status = (ctx.follower)();
+    let code = if status.is_ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, format!("{}\n", status.detail())).into_response()
+}
+
+async fn metrics_page() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        telemetry::render_metrics(),
+    )
+        .into_response()
+}
+
+async fn adsz(State(ctx): State<AdminContext>) -> Response {
+    axum::Json(ctx.registry.adsz()).into_response()
+}
+
+async fn syncz(State(ctx): State<AdminContext>) -> Response {
+    axum::Json(ctx.registry.syncz()).into_response()
+}
+
+async fn push_status(State(ctx): State<AdminContext>) -> Response {
+    // How many open streams have already been served each snapshot.
+    let streams = ctx.registry.streams();
+    let pushes: Vec<_> = ctx
+        .feed
+        .history()
+        .into_iter()
+        .map(|p| {
+            let served = streams
+                .iter()
+                .filter(|s| s.snapshot_version >= Some(p.version))
+                .count();
+            json!({"push": p, "streams_served": served, "streams_open": streams.len()})
+        })
+        .collect();
+    axum::Json(json!({"replica": ctx.replica_name, "pushes": pushes})).into_response()
+}
+
+async fn snapshot(State(ctx): State<AdminContext>) -> Response {
+    let status = (ctx.follower)();
+    let Some((reference, snap)) = ctx.feed.current() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"error": "no snapshot yet", "bus": status.detail()})),
+        )
+            .into_response();
+    };
+    let data = snap.push_context().data();
+    axum::Json(json!({
+        "version": reference.version,
+        "hash": reference.hash,
+        "epoch": reference.epoch,
+        "published_at_ms": reference.published_at_ms,
+        "bus": status.detail(),
+        "rejected_blobs": status.rejected,
+        "services": data.services.len(),
+        "virtual_services": data.virtual_services.iter().map(|v| format!("{}/{}", v.meta.namespace, v.meta.name)).collect::<Vec<_>>(),
+        "destination_rules": data.destination_rules.iter().map(|d| format!("{}/{}", d.meta.namespace, d.meta.name)).collect::<Vec<_>>(),
+    }))
+    .into_response()
+}
+
+async fn config_dump_page(
+    State(ctx): State<AdminContext>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let Some(id) = q.get("proxyID") else {
+        return (
+            StatusCode::BAD_REQUEST,
+            "give ?proxyID=<node id of a connected proxy> (see /debug/adsz)\n",
+        )
+            .into_response();
+    };
+    let Some(proxy) = ctx.registry.proxy(id) else {
+        return (
+            StatusCode::NOT_FOUND,
+            format!("proxy {id:?} is not connected to this replica (see /debug/adsz)\n"),
+        )
+            .into_response();
+    };
+    let Some((_, snap)) = ctx.feed.current() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "no snapshot yet\n").into_response();
+    };
+    match config_dump(&snap, &proxy) {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot render the config dump: {e}\n"),
+        )
+            .into_response(),
+    }
+}
+
+/// Serves the admin pages on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    ctx: AdminContext,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_page))
+        .route("/debug/adsz", get(adsz))
+        .route("/debug/syncz", get(syncz))
+        .route("/debug/push_status", get(push_status))
+        .route("/debug/snapshot", get(snapshot))
+        .route("/debug/config_dump", get(config_dump_page))
+        .with_state(ctx);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}

@@ -1,0 +1,134 @@
+//! The snapshot feed of a replica: takes each decoded snapshot the bus follower delivers,
+//! wraps it into a [`GeneratedSnapshot`] (with the change kind relative to the previous
+//! one, so endpoint-only changes take the cheap path) and hands it to the ADS engine.
+//! Keeps what the admin pages show: the current snapshot and the recent push history.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+use pilotfish_shared::bus::{Followed, SnapshotRef};
+use pilotfish_shared::push_context::PushContext;
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::ads::{ChangeKind, XdsSnapshot};
+use crate::r#gen::{GeneratedSnapshot, change_kind, check_snapshot};
+use crate::registry::{ConnectionRegistry, format_rfc3339};
+
+/// Pushes remembered for `/debug/push_status`.
+const HISTORY: usize = 32;
+
+/// One snapshot this replica started serving.
+#[derive(Clone, Debug, Serialize)]
+pub struct PushRecord {
+    pub version: u64,
+    pub hash: String,
+    /// `full` or `endpoints` (the trigger, as the engine sees it).
+    pub change: &'static str,
+    pub received_at: String,
+    /// Streams open when it arrived.
+    pub streams_at_arrival: usize,
+    /// From the follower delivering it to the engine seeing it, in milliseconds.
+    pub handoff_ms: f64,
+    /// Broken references the consistency check found (0 expected).
+    pub broken_references: Option<usize>,
+}
+
+/// The current snapshot and its history; shared with the admin server.
+#[derive(Default)]
+pub struct FeedState {
+    current: Mutex<Option<(SnapshotRef, Arc<GeneratedSnapshot>)>>,
+    history: Mutex<VecDeque<PushRecord>>,
+}
+
+impl FeedState {
+    pub fn current(&self) -> Option<(SnapshotRef, Arc<GeneratedSnapshot>)> {
+        self.current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn history(&self) -> Vec<PushRecord> {
+        self.history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    fn record(&self, record: PushRecord) {
+        let mut h = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        if h.len() == HISTORY {
+            h.pop_front();
+        }
+        h.push_back(record);
+    }
+
+    fn set_broken(&self, version: u64, n: usize) {
+        let mut h = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = h.iter_mut().rev().find(|r| r.version == version) {
+            r.broken_references = Some(n);
+        }
+    }
+}
+
+/// Follows `snapshots` until the follower goes away, feeding the engine through `engine`.
+pub async fn run(
+    mut snapshots: watch::Receiver<Option<Arc<Followed<Arc<PushContext>>>>>,
+    engine: watch::Sender<Option<Arc<dyn XdsSnapshot>>>,
+    state: Arc<FeedState>,
+    registry: ConnectionRegistry,
+) {
+    let mut previous: Option<(u64, Arc<PushContext>)> = None;
+    loop {
+        let followed = snapshots.borrow_and_update().clone();
+        if let Some(followed) = followed {
+            let arrived = Instant::now();
+            let version = followed.reference.version;
+            let context = followed.value.clone();
+            let change = match &previous {
+                // A reset (lower version) or anything unknown is a full push.
+                Some((v, prev)) if *v < version => change_kind(prev, &context),
+                _ => ChangeKind::Full,
+            };
+            let previous_version = previous.as_ref().map(|(v, _)| *v);
+            let snapshot = Arc::new(GeneratedSnapshot::new_since(
+                context.clone(),
+                version,
+                previous_version,
+                change,
+            ));
+            *state.current.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some((followed.reference.clone(), snapshot.clone()));
+            engine.send_replace(Some(snapshot.clone() as Arc<dyn XdsSnapshot>));
+            state.record(PushRecord {
+                version,
+                hash: followed.reference.hash.clone(),
+                change: match change {
+                    ChangeKind::EndpointsOnly => "endpoints",
+                    ChangeKind::Full => "full",
+                },
+                received_at: format_rfc3339(SystemTime::now()),
+                streams_at_arrival: registry.len(),
+                handoff_ms: arrived.elapsed().as_secs_f64() * 1000.0,
+                broken_references: None,
+            });
+            tracing::info!(version, change = ?change, streams = registry.len(), "serving snapshot");
+            // The generators never emit a broken reference (they replace it); this audit
+            // reports one as a bug and warms the cache for typical proxies. It runs after
+            // the engine has the snapshot, so it never delays convergence.
+            let audit_state = state.clone();
+            tokio::task::spawn_blocking(move || {
+                let broken = check_snapshot(&snapshot);
+                audit_state.set_broken(version, broken.len());
+            });
+            previous = Some((version, context));
+        }
+        if snapshots.changed().await.is_err() {
+            return;
+        }
+    }
+}

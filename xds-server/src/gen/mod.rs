@@ -1,0 +1,39 @@
+//! The xDS resource generators: CDS, EDS, LDS and RDS for Envoy sidecars and proxyless
+//! gRPC clients, as pure functions of (PushContext, proxy scope), plus the snapshot that
+//! serves them to the ADS engine.
+//!
+//! Public surface:
+//! - [`GeneratedSnapshot`]: implements [`crate::ads::XdsSnapshot`]; generates on demand and
+//!   caches each part per scope for the snapshot's lifetime. [`change_kind`] tells the
+//!   publisher whether a new PushContext needs a full push or EDS only.
+//! - [`config_dump`], [`resources_json`]: what a proxy receives, as proto JSON.
+//! - [`check_snapshot`] / [`check_view`]: the cross-reference check (`Consistent()`).
+//! - [`metrics::register_all`]: the generators' metrics.
+//!
+//! Layout: [`scope`] (what a proxy's output depends on), [`plan`] (the outbound clusters
+//! every type is derived from), [`policy`] (DestinationRule merge), [`cds`], [`eds`],
+//! [`lds`], [`rds`] with [`route`] (VirtualService translation) and [`tls`], [`names`]
+//! (Istio's resource names and domains), [`util`], [`json`], [`consistency`].
+
+pub mod canonical;
+pub mod cds;
+pub mod consistency;
+pub mod descriptors;
+pub mod eds;
+pub mod json;
+pub mod lds;
+pub mod metrics;
+pub mod names;
+pub mod plan;
+pub mod policy;
+pub mod rds;
+pub mod route;
+pub mod scope;
+pub mod snapshot;
+pub mod tls;
+pub mod util;
+
+pub use consistency::{BrokenReference, View, check_snapshot, check_view, view_of};
+pub use json::{JsonError, config_dump, resource_json, resources_json, to_json};
+pub use scope::{Flavor, Scope};
+pub use snapshot::{GeneratedSnapshot, ResourceMap, change_kind};

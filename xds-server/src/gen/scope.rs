@@ -1,0 +1,429 @@
+//! What a generated part depends on besides the snapshot: the [`Scope`] of a proxy. Two
+//! proxies with equal scopes get byte-identical resources, so the snapshot caches each
+//! part once per scope and a thousand identical sidecars cost one generation.
+//!
+//! A scope holds the client flavour and namespace (visibility), and the proxy's labels only
+//! through what they select: the workload-selector DestinationRules and the distinct
+//! `sourceLabels` selectors that match them, the proxy's own inbound ports and, where
+//! locality-aware load balancing is configured, its locality. [`ScopeIndex`] precomputes
+//! those selectors once per snapshot so a scope costs a few label comparisons.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use pilotfish_shared::api::{Labels, LoadBalancerSettings, TrafficPolicy};
+use pilotfish_shared::model::{
+    Locality, Protocol, Proxy, ProxyGenerator, Service, TargetPort, labels_match,
+};
+use pilotfish_shared::push_context::PushContext;
+
+/// The two families of output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Flavor {
+    /// Envoy sidecar.
+    Sidecar,
+    /// Proxyless gRPC: only what gRPC's xDS client accepts.
+    Proxyless,
+}
+
+impl Flavor {
+    pub fn of(proxy: &Proxy) -> Flavor {
+        match proxy.generator {
+            ProxyGenerator::Envoy => Flavor::Sidecar,
+            ProxyGenerator::Grpc => Flavor::Proxyless,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Flavor::Sidecar => "sidecar",
+            Flavor::Proxyless => "proxyless",
+        }
+    }
+}
+
+/// A port the proxy's own workload serves (a target port of a service selecting it).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct InboundPort {
+    pub port: u32,
+    pub protocol: Protocol,
+}
+
+/// Everything besides the snapshot that a part's content depends on. Parts keep only the
+/// fields they read (see [`Scope::for_part`]), so unrelated differences do not split caches.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Scope {
+    pub flavor: Option<Flavor>,
+    pub namespace: String,
+    /// Indexes (into [`ScopeIndex`]) of the workload-selector DestinationRules that select
+    /// the proxy.
+    pub dr_selectors: Vec<usize>,
+    /// Indexes of the distinct VirtualService `sourceLabels` selectors matching the proxy.
+    pub source_selectors: Vec<usize>,
+    /// The proxy's locality, when locality-aware load balancing is configured anywhere.
+    pub locality: Option<Locality>,
+    /// The proxy's values of the labels named by `failoverPriority` settings.
+    pub failover_labels: Vec<(String, Option<String>)>,
+    pub inbound: Vec<InboundPort>,
+}
+
+/// The cached parts of a proxy's output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Part {
+    /// Outbound clusters (and, for sidecars, Passthrough/BlackHole).
+    OutboundClusters,
+    /// Inbound clusters of a sidecar's own workload ports.
+    InboundClusters,
+    Endpoints,
+    /// Sidecar `virtualOutbound` and per-port listeners, or proxyless api listeners.
+    OutboundListeners,
+    /// A sidecar's `virtualInbound`.
+    InboundListener,
+    Routes,
+}
+
+impl Scope {
+    /// The projection of this scope that `part` depends on.
+    pub fn for_part(&self, part: Part) -> Scope {
+        let mut s = Scope {
+            flavor: self.flavor,
+            ..Scope::default()
+        };
+        match part {
+            Part::InboundClusters | Part::InboundListener => {
+                s.inbound = self.inbound.clone();
+            }
+            Part::OutboundClusters => {
+                s.namespace = self.namespace.clone();
+                s.dr_selectors = self.dr_selectors.clone();
+            }
+            Part::Endpoints => {
+                s.namespace = self.namespace.clone();
+                s.dr_selectors = self.dr_selectors.clone();
+                s.locality = self.locality.clone();
+                s.failover_labels = self.failover_labels.clone();
+            }
+            Part::OutboundListeners | Part::Routes => {
+                s.namespace = self.namespace.clone();
+                s.dr_selectors = self.dr_selectors.clone();
+                s.source_selectors = self.source_selectors.clone();
+            }
+        }
+        s
+    }
+}
+
+/// Per-snapshot indexes that make [`ScopeIndex::scope`] cheap.
+#[derive(Debug, Default)]
+pub struct ScopeIndex {
+    /// Workload-selector DestinationRules: (namespace, selector).
+    dr_selectors: Vec<(String, Labels)>,
+    /// Distinct `sourceLabels` selectors of VirtualService matches.
+    source_selectors: Vec<Labels>,
+    /// Whether any DestinationRule configures locality-aware load balancing (outlier
+    /// detection enables Istio's default locality failover).
+    locality_sensitive: bool,
+    failover_priority_labels: BTreeSet<String>,
+    /// Locality of each endpoint address: a proxy's locality is its own endpoint's.
+    locality_by_ip: HashMap<String, Locality>,
+    /// Services with a selector, by namespace: candidates for a proxy's inbound ports.
+    selecting_services: HashMap<String, Vec<Arc<Service>>>,
+    /// Target port per (service host, namespace, service port, endpoint IP), for named
+    /// target ports.
+    target_ports: HashMap<(String, String, u32, String), u32>,
+    root_namespace: String,
+}
+
+impl ScopeIndex {
+    pub fn new(push: &PushContext) -> ScopeIndex {
+        let mut index = ScopeIndex {
+            root_namespace: push.mesh().root_namespace.clone(),
+            ..ScopeIndex::default()
+        };
+        for dr in push.destination_rules() {
+            if let Some(sel) = &dr.spec.workload_selector {
+                index
+                    .dr_selectors
+                    .push((dr.meta.namespace.clone(), sel.match_labels.clone()));
+            }
+            let policies = dr.spec.traffic_policy.iter().chain(
+                dr.spec
+                    .subsets
+                    .iter()
+                    .filter_map(|s| s.traffic_policy.as_ref()),
+            );
+            for policy in policies {
+                index.note_locality_policy(policy);
+            }
+        }
+        let mut sources = BTreeSet::new();
+        for vs in push.virtual_services() {
+            for m in vs.spec.http.iter().flat_map(|r| &r.r#match) {
+                if !m.source_labels.is_empty() {
+                    sources.insert(m.source_labels.clone());
+                }
+            }
+            for m in vs.spec.tcp.iter().flat_map(|r| &r.r#match) {
+                if !m.source_labels.is_empty() {
+                    sources.insert(m.source_labels.clone());
+                }
+            }
+        }
+        index.source_selectors = sources.into_iter().collect();
+        for eps in &push.data().endpoints {
+            for port in &eps.ports {
+                for e in &port.endpoints {
+                    if !e.locality.is_empty() {
+                        index
+                            .locality_by_ip
+                            .entry(e.address.clone())
+                            .or_insert_with(|| e.locality.clone());
+                    }
+                    index.target_ports.insert(
+                        (
+                            eps.hostname.clone(),
+                            eps.namespace.clone(),
+                            port.service_port,
+                            e.address.clone(),
+                        ),
+                        e.port,
+                    );
+                }
+            }
+        }
+        for s in push.services() {
+            if !s.selector.is_empty() {
+                index
+                    .selecting_services
+                    .entry(s.namespace.clone())
+                    .or_default()
+                    .push(s.clone());
+            }
+        }
+        index
+    }
+
+    fn note_locality_policy(&mut self, policy: &TrafficPolicy) {
+        let lbs = policy.load_balancer.iter().chain(
+            policy
+                .port_level_settings
+                .iter()
+                .filter_map(|p| p.load_balancer.as_ref()),
+        );
+        let outlier = policy.outlier_detection.is_some()
+            || policy
+                .port_level_settings
+                .iter()
+                .any(|p| p.outlier_detection.is_some());
+        if outlier {
+            self.locality_sensitive = true;
+        }
+        for lb in lbs {
+            self.note_lb(lb);
+        }
+    }
+
+    fn note_lb(&mut self, lb: &LoadBalancerSettings) {
+        if let Some(l) = &lb.locality_lb_setting {
+            self.locality_sensitive = true;
+            self.failover_priority_labels
+                .extend(l.failover_priority.iter().cloned());
+        }
+    }
+
+    /// The scope of `proxy`.
+    pub fn scope(&self, proxy: &Proxy) -> Scope {
+        let flavor = Flavor::of(proxy);
+        let dr_selectors = self
+            .dr_selectors
+            .iter()
+            .enumerate()
+            .filter(|(_, (ns, sel))| {
+                (*ns == proxy.namespace || *ns == self.root_namespace)
+                    && labels_match(sel, &proxy.labels)
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let source_selectors = self
+            .source_selectors
+            .iter()
+            .enumerate()
+            .filter(|(_, sel)| labels_match(sel, &proxy.labels))
+            .map(|(i, _)| i)
+            .collect();
+        let locality = if self.locality_sensitive {
+            proxy
+                .ips
+                .iter()
+                .find_map(|ip| self.locality_by_ip.get(&ip.to_string()).cloned())
+        } else {
+            None
+        };
+        let failover_labels = self
+            .failover_priority_labels
+            .iter()
+            .map(|k| (k.clone(), proxy.labels.get(k).cloned()))
+            .collect();
+        let inbound = match flavor {
+            Flavor::Sidecar => self.inbound_ports(proxy),
+            Flavor::Proxyless => Vec::new(),
+        };
+        Scope {
+            flavor: Some(flavor),
+            namespace: proxy.namespace.clone(),
+            dr_selectors,
+            source_selectors,
+            locality,
+            failover_labels,
+            inbound,
+        }
+    }
+
+    /// The ports of the proxy's own workload: target ports of the services in its
+    /// namespace whose selector matches its labels (Kubernetes' rule, so the answer does
+    /// not depend on endpoints, which may change without a full push). A named target
+    /// port is resolved from the proxy's own endpoint, else the service port is used.
+    fn inbound_ports(&self, proxy: &Proxy) -> Vec<InboundPort> {
+        if proxy.labels.is_empty() {
+            return Vec::new();
+        }
+        let mut ports: BTreeMap<u32, Protocol> = BTreeMap::new();
+        for s in self
+            .selecting_services
+            .get(&proxy.namespace)
+            .into_iter()
+            .flatten()
+            .filter(|s| labels_match(&s.selector, &proxy.labels))
+        {
+            for p in &s.ports {
+                if p.protocol == Protocol::Udp {
+                    continue;
+                }
+                let target = match &p.target_port {
+                    Some(TargetPort::Number(n)) => *n,
+                    _ => proxy
+                        .ips
+                        .iter()
+                        .find_map(|ip| {
+                            self.target_ports
+                                .get(&(
+                                    s.hostname.clone(),
+                                    s.namespace.clone(),
+                                    p.port,
+                                    ip.to_string(),
+                                ))
+                                .copied()
+                        })
+                        .unwrap_or(p.port),
+                };
+                // Two services targeting one port: the first (by host name) decides.
+                ports.entry(target).or_insert(p.protocol);
+            }
+        }
+        ports
+            .into_iter()
+            .map(|(port, protocol)| InboundPort { port, protocol })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pilotfish_shared::push_context::{BuildInputs, build};
+    use pilotfish_shared::source::{parse_text, to_inputs};
+
+    const MESH: &str = "\
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  clusterIP: 10.96.0.1
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: 8080}, {name: udp-dns, port: 53, protocol: UDP}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: web-for-api, namespace: shop}
+spec:
+  host: web
+  workloadSelector: {matchLabels: {app: api}}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: web, namespace: shop}
+spec:
+  hosts: [web]
+  http:
+  - match: [{sourceLabels: {tier: front}}]
+    route: [{destination: {host: web}}]
+";
+
+    fn index() -> ScopeIndex {
+        let parsed = parse_text(std::path::Path::new("t.yaml"), MESH);
+        assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+        let inputs = to_inputs(
+            &parsed.objects,
+            BuildInputs {
+                cluster_domain: "cluster.local".into(),
+                ..Default::default()
+            },
+        );
+        ScopeIndex::new(&build(&inputs, None).context)
+    }
+
+    fn proxy(labels: &[(&str, &str)]) -> Proxy {
+        Proxy {
+            namespace: "shop".into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Proxy::with_defaults("p")
+        }
+    }
+
+    #[test]
+    fn labels_matter_only_through_what_they_select() {
+        let index = index();
+        let a = index.scope(&proxy(&[("app", "worker"), ("pod", "1")]));
+        let b = index.scope(&proxy(&[("app", "worker"), ("pod", "2")]));
+        assert_eq!(a, b, "labels nothing selects do not split scopes");
+        let api = index.scope(&proxy(&[("app", "api")]));
+        assert_ne!(
+            api.for_part(Part::OutboundClusters),
+            a.for_part(Part::OutboundClusters),
+            "a workload-selector DestinationRule splits the cluster scope"
+        );
+        let front = index.scope(&proxy(&[("app", "worker"), ("tier", "front")]));
+        assert_eq!(
+            front.for_part(Part::OutboundClusters),
+            a.for_part(Part::OutboundClusters),
+            "sourceLabels do not concern clusters"
+        );
+        assert_ne!(front.for_part(Part::Routes), a.for_part(Part::Routes));
+    }
+
+    #[test]
+    fn inbound_ports_are_the_selecting_services_target_ports() {
+        let index = index();
+        let web = index.scope(&proxy(&[("app", "web")]));
+        assert_eq!(
+            web.inbound,
+            [InboundPort {
+                port: 8080,
+                protocol: Protocol::Http
+            }],
+            "target port, and no UDP"
+        );
+        assert!(index.scope(&proxy(&[])).inbound.is_empty());
+        let grpc = Proxy {
+            generator: ProxyGenerator::Grpc,
+            ..proxy(&[("app", "web")])
+        };
+        assert!(
+            index.scope(&grpc).inbound.is_empty(),
+            "proxyless clients have no inbound side"
+        );
+    }
+}

@@ -1,0 +1,352 @@
+//! [`GeneratedSnapshot`]: the [`XdsSnapshot`] the ADS engine serves, generating resources
+//! from one immutable [`PushContext`] on demand and caching every generated part per
+//! [`Scope`]. Parts are keyed by (part, projected scope), so proxies that only differ in
+//! what a part does not read share it: a thousand identical sidecars cost one
+//! generation, and sidecars of one namespace share their outbound clusters even when
+//! their own inbound ports differ. The cache lives and dies with the snapshot.
+//!
+//! Each cache slot is a `OnceLock`: concurrent requests for the same part wait for one
+//! generation instead of repeating it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use pilotfish_shared::model::{Proxy, Resolution, TargetPort};
+use pilotfish_shared::push_context::{PushContext, diff};
+
+use crate::ads::{ChangeKind, Resource, XdsSnapshot, XdsType};
+
+use super::canonical::canonicalize;
+use super::consistency::{sanitize_listeners, sanitize_routes};
+use super::metrics::GENERATIONS;
+use super::plan::{OutboundPlan, outbound_plan};
+use super::scope::{Flavor, Part, Scope, ScopeIndex};
+use super::util::resource_any;
+use super::{cds, eds, lds, rds};
+
+/// Generated resources of one part, by name.
+pub type ResourceMap = BTreeMap<String, Arc<Resource>>;
+
+/// A concurrent map of lazily computed values; one computation per key.
+#[derive(Debug)]
+struct Cache<K, V> {
+    slots: Mutex<HashMap<K, Arc<OnceLock<V>>>>,
+}
+
+impl<K: Eq + Hash, V: Clone> Cache<K, V> {
+    fn new() -> Self {
+        Cache {
+            slots: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn get_or_init(&self, key: K, init: impl FnOnce() -> V) -> V {
+        let slot = {
+            // A panic while holding the lock cannot leave the map inconsistent (insertions
+            // are single operations), so a poisoned lock is still usable.
+            let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+            slots.entry(key).or_default().clone()
+        };
+        slot.get_or_init(init).clone()
+    }
+
+    fn len(&self) -> usize {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// One mesh snapshot, as served over xDS.
+#[derive(Debug)]
+pub struct GeneratedSnapshot {
+    push: Arc<PushContext>,
+    version: u64,
+    /// How this snapshot differs from the one published before it (`previous_version`).
+    change: ChangeKind,
+    previous_version: Option<u64>,
+    index: ScopeIndex,
+    plans: Cache<Scope, Arc<OutboundPlan>>,
+    parts: Cache<(Part, Scope), Arc<ResourceMap>>,
+    generations: AtomicU64,
+}
+
+impl GeneratedSnapshot {
+    /// A snapshot of `push` published as `version`; `change` says how it differs from the
+    /// snapshot published just before it, assumed to be `version - 1` (use
+    /// [`GeneratedSnapshot::new_since`] when versions are not consecutive).
+    pub fn new(push: Arc<PushContext>, version: u64, change: ChangeKind) -> Self {
+        Self::new_since(push, version, version.checked_sub(1), change)
+    }
+
+    /// A snapshot of `push` published as `version`, differing from the snapshot
+    /// `previous_version` as `change` says.
+    pub fn new_since(
+        push: Arc<PushContext>,
+        version: u64,
+        previous_version: Option<u64>,
+        change: ChangeKind,
+    ) -> Self {
+        let index = ScopeIndex::new(&push);
+        if change == ChangeKind::Full {
+            warn_istio_mutual(&push);
+        }
+        GeneratedSnapshot {
+            push,
+            version,
+            change,
+            previous_version,
+            index,
+            plans: Cache::new(),
+            parts: Cache::new(),
+            generations: AtomicU64::new(0),
+        }
+    }
+
+    pub fn push_context(&self) -> &Arc<PushContext> {
+        &self.push
+    }
+
+    /// Parts generated so far (cache misses), for tests and debug pages.
+    pub fn generations(&self) -> u64 {
+        self.generations.load(Ordering::Relaxed)
+    }
+
+    /// Distinct cached parts.
+    pub fn cached_parts(&self) -> usize {
+        self.parts.len()
+    }
+
+    /// The scope of `proxy` in this snapshot.
+    pub fn scope(&self, proxy: &Proxy) -> Scope {
+        self.index.scope(proxy)
+    }
+
+    /// Every resource of `kind` for `proxy`, by name.
+    pub fn all(&self, proxy: &Proxy, kind: XdsType) -> ResourceMap {
+        let mut out = ResourceMap::new();
+        for part in self.parts_of(proxy, kind) {
+            out.extend(part.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        out
+    }
+
+    /// The generated parts that make up `kind` for `proxy` (their names are disjoint).
+    fn parts_of(&self, proxy: &Proxy, kind: XdsType) -> Vec<Arc<ResourceMap>> {
+        let scope = self.index.scope(proxy);
+        let flavor = Flavor::of(proxy);
+        let parts: &[Part] = match (kind, flavor) {
+            (XdsType::Cluster, Flavor::Sidecar) => &[Part::OutboundClusters, Part::InboundClusters],
+            (XdsType::Cluster, Flavor::Proxyless) => &[Part::OutboundClusters],
+            (XdsType::Endpoint, _) => &[Part::Endpoints],
+            (XdsType::Listener, Flavor::Sidecar) => {
+                &[Part::OutboundListeners, Part::InboundListener]
+            }
+            (XdsType::Listener, Flavor::Proxyless) => &[Part::OutboundListeners],
+            (XdsType::Route, _) => &[Part::Routes],
+        };
+        parts
+            .iter()
+            .map(|part| self.part(proxy, &scope, *part))
+            .collect()
+    }
+
+    fn plan(&self, proxy: &Proxy, scope: &Scope) -> Arc<OutboundPlan> {
+        let key = scope.for_part(Part::OutboundClusters);
+        self.plans.get_or_init(key, || {
+            Arc::new(outbound_plan(&self.push, proxy, Flavor::of(proxy)))
+        })
+    }
+
+    fn part(&self, proxy: &Proxy, scope: &Scope, part: Part) -> Arc<ResourceMap> {
+        let key = (part, scope.for_part(part));
+        self.parts.get_or_init(key, || {
+            self.generations.fetch_add(1, Ordering::Relaxed);
+            GENERATIONS.with_label_values(&[part_label(part)]).inc();
+            Arc::new(self.generate(proxy, scope, part))
+        })
+    }
+
+    /// Generates one part. `proxy` stands for every proxy of its scope: the generators
+    /// read nothing of it that the scope does not capture.
+    fn generate(&self, proxy: &Proxy, scope: &Scope, part: Part) -> ResourceMap {
+        let push = &*self.push;
+        let flavor = Flavor::of(proxy);
+        match part {
+            Part::OutboundClusters => {
+                let plan = self.plan(proxy, scope);
+                encode(cds::outbound_clusters(push, &plan, flavor), |c| &c.name)
+            }
+            Part::InboundClusters => encode(
+                cds::inbound_clusters(&scope.inbound, push.mesh().connect_timeout),
+                |c| &c.name,
+            ),
+            Part::Endpoints => {
+                let plan = self.plan(proxy, scope);
+                encode(eds::load_assignments(push, &plan, scope), |c| {
+                    &c.cluster_name
+                })
+            }
+            Part::OutboundListeners => {
+                let plan = self.plan(proxy, scope);
+                let mut listeners = match flavor {
+                    Flavor::Sidecar => lds::sidecar_outbound_listeners(push, proxy, &plan),
+                    Flavor::Proxyless => lds::proxyless_listeners(&plan),
+                };
+                sanitize_listeners(&mut listeners, &|c| known_cluster(&plan, flavor, c));
+                encode(listeners, |l| &l.name)
+            }
+            Part::InboundListener => {
+                encode(vec![lds::sidecar_inbound_listener(&scope.inbound)], |l| {
+                    &l.name
+                })
+            }
+            Part::Routes => {
+                let plan = self.plan(proxy, scope);
+                let mut routes = match flavor {
+                    Flavor::Sidecar => rds::sidecar_route_configs(push, proxy, &plan),
+                    Flavor::Proxyless => rds::proxyless_route_configs(push, proxy, &plan),
+                };
+                sanitize_routes(&mut routes, &|c| known_cluster(&plan, flavor, c));
+                encode(routes, |r| &r.name)
+            }
+        }
+    }
+}
+
+/// Pilotfish issues no certificates yet: `ISTIO_MUTUAL` works only where the sidecar's own
+/// agent serves the SDS secrets `default` and `ROOTCA`. The DestinationRule's status says
+/// so (builder warning); operators reading the xDS tier's log see it here, once per
+/// configuration change.
+fn warn_istio_mutual(push: &PushContext) {
+    use pilotfish_shared::api::{TlsMode, TrafficPolicy};
+    let uses = |p: &TrafficPolicy| {
+        p.tls.as_ref().and_then(|t| t.mode) == Some(TlsMode::IstioMutual)
+            || p.port_level_settings
+                .iter()
+                .any(|l| l.tls.as_ref().and_then(|t| t.mode) == Some(TlsMode::IstioMutual))
+    };
+    let rules: Vec<String> = push
+        .destination_rules()
+        .iter()
+        .filter(|dr| {
+            dr.spec.traffic_policy.as_ref().is_some_and(uses)
+                || dr
+                    .spec
+                    .subsets
+                    .iter()
+                    .any(|s| s.traffic_policy.as_ref().is_some_and(uses))
+        })
+        .map(|dr| format!("{}/{}", dr.meta.namespace, dr.meta.name))
+        .collect();
+    if !rules.is_empty() {
+        tracing::warn!(
+            destination_rules = %rules.join(","),
+            "ISTIO_MUTUAL is rendered with the SDS secrets `default` and `ROOTCA`, but Pilotfish does not issue certificates yet: these connections work only where the sidecar's own agent provides them"
+        );
+    }
+}
+
+/// Whether a cluster a listener or route of this scope names is in the scope's CDS.
+fn known_cluster(plan: &OutboundPlan, flavor: Flavor, name: &str) -> bool {
+    plan.contains(name)
+        || (flavor == Flavor::Sidecar
+            && (name == super::names::PASSTHROUGH_CLUSTER
+                || name == super::names::BLACKHOLE_CLUSTER
+                || name == super::names::INBOUND_PASSTHROUGH_CLUSTER
+                || name.starts_with("inbound|")))
+}
+
+fn part_label(part: Part) -> &'static str {
+    match part {
+        Part::OutboundClusters => "outbound_clusters",
+        Part::InboundClusters => "inbound_clusters",
+        Part::Endpoints => "endpoints",
+        Part::OutboundListeners => "outbound_listeners",
+        Part::InboundListener => "inbound_listener",
+        Part::Routes => "routes",
+    }
+}
+
+/// Encodes resources once, by name (a name already present keeps its first resource:
+/// one response never carries a name twice).
+fn encode<M: prost::Message + prost::Name>(
+    items: Vec<M>,
+    name: impl Fn(&M) -> &String,
+) -> ResourceMap {
+    let mut out = ResourceMap::new();
+    for item in items {
+        let n = name(&item).clone();
+        if out.contains_key(&n) {
+            tracing::error!(resource = %n, "generated twice; keeping the first (a bug)");
+            continue;
+        }
+        let mut body = resource_any(&item);
+        body.value = canonicalize(&M::full_name(), body.value);
+        out.insert(n.clone(), Arc::new(Resource::new(n, body)));
+    }
+    out
+}
+
+impl XdsSnapshot for GeneratedSnapshot {
+    fn version(&self) -> u64 {
+        self.version
+    }
+
+    fn resources(
+        &self,
+        proxy: &Proxy,
+        type_url: &str,
+        names: Option<&BTreeSet<String>>,
+    ) -> Vec<Arc<Resource>> {
+        let Some(kind) = XdsType::from_type_url(type_url) else {
+            return Vec::new();
+        };
+        // Served straight from the cached parts: no per-request copy of the maps.
+        let parts = self.parts_of(proxy, kind);
+        match names {
+            None => parts.iter().flat_map(|p| p.values().cloned()).collect(),
+            Some(names) => names
+                .iter()
+                .filter_map(|n| parts.iter().find_map(|p| p.get(n).cloned()))
+                .collect(),
+        }
+    }
+
+    fn change_since(&self, previous: u64) -> ChangeKind {
+        if self.previous_version == Some(previous) {
+            self.change
+        } else {
+            ChangeKind::Full
+        }
+    }
+}
+
+/// How `new` differs from `old` as far as the generated resources go: endpoints-only
+/// when only endpoints changed and none of those endpoints shape anything but EDS
+/// (named target ports decide a sidecar's inbound ports; headless services' endpoints are
+/// reached through ORIGINAL_DST clusters, so their changes are EDS-free but harmless).
+pub fn change_kind(old: &PushContext, new: &PushContext) -> ChangeKind {
+    let summary = diff(old, new);
+    if !summary.is_endpoints_only() {
+        return ChangeKind::Full;
+    }
+    let shapes_more_than_eds = summary.endpoints.iter().any(|(host, ns)| {
+        [old, new].iter().any(|ctx| {
+            ctx.services().iter().any(|s| {
+                s.hostname == *host
+                    && s.namespace == *ns
+                    && (s
+                        .ports
+                        .iter()
+                        .any(|p| matches!(p.target_port, Some(TargetPort::Name(_))))
+                        || matches!(s.resolution, Resolution::Dns | Resolution::DnsRoundRobin))
+            })
+        })
+    });
+    if shapes_more_than_eds {
+        ChangeKind::Full
+    } else {
+        ChangeKind::EndpointsOnly
+    }
+}

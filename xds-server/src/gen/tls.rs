@@ -1,0 +1,370 @@
+//! DestinationRule client TLS → the cluster's transport socket, as Istio renders it.
+//!
+//! Sidecars get every secret from their local SDS server (the `sds-grpc` cluster of the
+//! Istio bootstrap): `ISTIO_MUTUAL` uses the secrets `default` (workload certificate) and
+//! `ROOTCA`; certificate files become `file-cert:<cert>~<key>` and `file-root:<ca>`;
+//! `credentialName` becomes `kubernetes://<name>`. Pilotfish does not issue certificates
+//! yet, so `ISTIO_MUTUAL` works only where the sidecar's own agent provides them (the
+//! builder puts a warning in the DestinationRule's status; we log it here too).
+//!
+//! Proxyless gRPC reads certificates through certificate-provider instances of its
+//! bootstrap and rejects SDS, so `ISTIO_MUTUAL` becomes provider instance `default`
+//! (certificates `default` and `ROOTCA`); `SIMPLE`/`MUTUAL` with files are left out.
+
+use envoy_types::pb::envoy::config::core::v3::{
+    ApiConfigSource, ApiVersion, ConfigSource, GrpcService, TransportSocket,
+    api_config_source::ApiType, config_source::ConfigSourceSpecifier, grpc_service,
+    transport_socket,
+};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    CertificateProviderPluginInstance, CertificateValidationContext, CommonTlsContext,
+    SdsSecretConfig, SubjectAltNameMatcher, TlsParameters, UpstreamTlsContext, common_tls_context,
+    subject_alt_name_matcher::SanType, tls_parameters::TlsProtocol,
+};
+use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher::MatchPattern};
+use pilotfish_shared::api::{ClientTlsSettings, TlsMode};
+
+use super::metrics::proxyless_downgrade;
+use super::names;
+use super::scope::Flavor;
+use super::util::any;
+
+/// The transport socket name Envoy registers TLS under.
+pub const TLS_TRANSPORT_SOCKET: &str = "envoy.transport_sockets.tls";
+/// The sidecar bootstrap's cluster for its local SDS server.
+pub const SDS_CLUSTER: &str = "sds-grpc";
+
+/// The transport socket for a cluster, `None` for plaintext.
+pub fn transport_socket(
+    tls: Option<&ClientTlsSettings>,
+    flavor: Flavor,
+    cluster: &str,
+    sni_parts: (u32, &str, &str),
+    default_sni: Option<&str>,
+) -> Option<TransportSocket> {
+    let tls = tls?;
+    let context = match flavor {
+        Flavor::Sidecar => sidecar_context(tls, sni_parts, default_sni, cluster)?,
+        Flavor::Proxyless => proxyless_context(tls, cluster)?,
+    };
+    Some(TransportSocket {
+        name: TLS_TRANSPORT_SOCKET.to_string(),
+        config_type: Some(transport_socket::ConfigType::TypedConfig(any(&context))),
+    })
+}
+
+fn sidecar_context(
+    tls: &ClientTlsSettings,
+    (port, subset, host): (u32, &str, &str),
+    default_sni: Option<&str>,
+    cluster: &str,
+) -> Option<UpstreamTlsContext> {
+    let sans = san_matchers(&tls.subject_alt_names);
+    let mut common = CommonTlsContext {
+        tls_params: Some(TlsParameters {
+            tls_minimum_protocol_version: TlsProtocol::TlSv12 as i32,
+            tls_maximum_protocol_version: TlsProtocol::TlSv13 as i32,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let sni;
+    match tls.mode? {
+        TlsMode::Disable => return None,
+        TlsMode::IstioMutual => {
+            tracing::debug!(
+                cluster,
+                "ISTIO_MUTUAL: Pilotfish does not issue certificates yet; the sidecar's own SDS provider must serve `default` and `ROOTCA`"
+            );
+            common.alpn_protocols = vec!["istio-peer-exchange".into(), "istio".into()];
+            common.tls_certificate_sds_secret_configs = vec![sds_secret("default")];
+            common.validation_context_type = Some(combined_validation(sans, "ROOTCA"));
+            sni = tls
+                .sni
+                .clone()
+                .unwrap_or_else(|| names::outbound_sni(port, subset, host));
+        }
+        mode @ (TlsMode::Simple | TlsMode::Mutual) => {
+            if mode == TlsMode::Mutual {
+                if let Some(credential) = &tls.credential_name {
+                    common.tls_certificate_sds_secret_configs =
+                        vec![sds_secret(&format!("kubernetes://{credential}"))];
+                } else if let (Some(cert), Some(key)) = (&tls.client_certificate, &tls.private_key)
+                {
+                    common.tls_certificate_sds_secret_configs =
+                        vec![sds_secret(&format!("file-cert:{cert}~{key}"))];
+                }
+            }
+            let root = match (&tls.credential_name, &tls.ca_certificates) {
+                (Some(credential), _) => Some(format!("kubernetes://{credential}-cacert")),
+                (None, Some(ca)) => Some(format!("file-root:{ca}")),
+                (None, None) => None,
+            };
+            if !tls.insecure_skip_verify.unwrap_or(false) {
+                match root {
+                    Some(root) => {
+                        common.validation_context_type = Some(combined_validation(sans, &root))
+                    }
+                    None if !sans.is_empty() => {
+                        common.validation_context_type = Some(
+                            common_tls_context::ValidationContextType::ValidationContext(
+                                CertificateValidationContext {
+                                    match_typed_subject_alt_names: sans,
+                                    ..Default::default()
+                                },
+                            ),
+                        )
+                    }
+                    None => {}
+                }
+            }
+            sni = tls
+                .sni
+                .clone()
+                .or_else(|| default_sni.map(str::to_string))
+                .unwrap_or_default();
+        }
+    }
+    Some(UpstreamTlsContext {
+        common_tls_context: Some(common),
+        sni,
+        ..Default::default()
+    })
+}
+
+fn proxyless_context(tls: &ClientTlsSettings, cluster: &str) -> Option<UpstreamTlsContext> {
+    match tls.mode? {
+        TlsMode::Disable => None,
+        TlsMode::IstioMutual => Some(UpstreamTlsContext {
+            common_tls_context: Some(CommonTlsContext {
+                tls_certificate_provider_instance: Some(provider_instance("default")),
+                validation_context_type: Some(
+                    common_tls_context::ValidationContextType::ValidationContext(
+                        proxyless_validation(&tls.subject_alt_names),
+                    ),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        TlsMode::Simple | TlsMode::Mutual => {
+            proxyless_downgrade(
+                "tls_files",
+                cluster,
+                "TLS from certificate files or credentialName (only ISTIO_MUTUAL via certificate providers)",
+            );
+            None
+        }
+    }
+}
+
+/// gRPC's xDS client reads SANs from the older `match_subject_alt_names` field (gRFC A29),
+/// not from the typed matchers Envoy prefers.
+// The field is deprecated in Envoy's API; it is the one gRPC implements.
+#[allow(deprecated)]
+fn proxyless_validation(sans: &[String]) -> CertificateValidationContext {
+    CertificateValidationContext {
+        ca_certificate_provider_instance: Some(provider_instance("ROOTCA")),
+        match_subject_alt_names: sans
+            .iter()
+            .map(|s| StringMatcher {
+                match_pattern: Some(MatchPattern::Exact(s.clone())),
+                ignore_case: false,
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn provider_instance(certificate: &str) -> CertificateProviderPluginInstance {
+    CertificateProviderPluginInstance {
+        instance_name: "default".to_string(),
+        certificate_name: certificate.to_string(),
+    }
+}
+
+/// Exact SAN matchers: SPIFFE identities are URI SANs, anything else a DNS name.
+fn san_matchers(sans: &[String]) -> Vec<SubjectAltNameMatcher> {
+    sans.iter()
+        .map(|s| SubjectAltNameMatcher {
+            san_type: if s.starts_with("spiffe://") {
+                SanType::Uri
+            } else {
+                SanType::Dns
+            } as i32,
+            matcher: Some(StringMatcher {
+                match_pattern: Some(MatchPattern::Exact(s.clone())),
+                ignore_case: false,
+            }),
+            ..Default::default()
+        })
+        .collect()
+}
+
+fn combined_validation(
+    sans: Vec<SubjectAltNameMatcher>,
+    root_secret: &str,
+) -> common_tls_context::ValidationContextType {
+    common_tls_context::ValidationContextType::CombinedValidationContext(
+        common_tls_context::CombinedCertificateValidationContext {
+            default_validation_context: Some(CertificateValidationContext {
+                match_typed_subject_alt_names: sans,
+                ..Default::default()
+            }),
+            validation_context_sds_secret_config: Some(sds_secret(root_secret)),
+            ..Default::default()
+        },
+    )
+}
+
+/// A secret from the sidecar's local SDS server, configured as Istio's bootstrap expects.
+fn sds_secret(name: &str) -> SdsSecretConfig {
+    SdsSecretConfig {
+        name: name.to_string(),
+        sds_config: Some(ConfigSource {
+            resource_api_version: ApiVersion::V3 as i32,
+            config_source_specifier: Some(ConfigSourceSpecifier::ApiConfigSource(
+                ApiConfigSource {
+                    api_type: ApiType::Grpc as i32,
+                    transport_api_version: ApiVersion::V3 as i32,
+                    set_node_on_first_message_only: true,
+                    grpc_services: vec![GrpcService {
+                        target_specifier: Some(grpc_service::TargetSpecifier::EnvoyGrpc(
+                            grpc_service::EnvoyGrpc {
+                                cluster_name: SDS_CLUSTER.to_string(),
+                                ..Default::default()
+                            },
+                        )),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+
+    fn settings(mode: TlsMode) -> ClientTlsSettings {
+        ClientTlsSettings {
+            mode: Some(mode),
+            ..Default::default()
+        }
+    }
+
+    fn context(socket: TransportSocket) -> UpstreamTlsContext {
+        let Some(transport_socket::ConfigType::TypedConfig(a)) = socket.config_type else {
+            panic!("no typed config");
+        };
+        UpstreamTlsContext::decode(a.value.as_slice()).unwrap()
+    }
+
+    #[test]
+    fn istio_mutual_uses_sds_default_and_rootca_with_istio_sni() {
+        let s = settings(TlsMode::IstioMutual);
+        let ctx = context(
+            transport_socket(
+                Some(&s),
+                Flavor::Sidecar,
+                "c",
+                (9080, "v1", "r.ns.svc.cluster.local"),
+                None,
+            )
+            .unwrap(),
+        );
+        assert_eq!(ctx.sni, "outbound_.9080_.v1_.r.ns.svc.cluster.local");
+        let common = ctx.common_tls_context.unwrap();
+        assert_eq!(common.tls_certificate_sds_secret_configs[0].name, "default");
+        let Some(common_tls_context::ValidationContextType::CombinedValidationContext(v)) =
+            common.validation_context_type
+        else {
+            panic!("combined validation expected");
+        };
+        assert_eq!(
+            v.validation_context_sds_secret_config.unwrap().name,
+            "ROOTCA"
+        );
+    }
+
+    #[test]
+    fn proxyless_gets_certificate_providers_and_no_file_tls() {
+        let s = settings(TlsMode::IstioMutual);
+        let ctx = context(
+            transport_socket(Some(&s), Flavor::Proxyless, "c", (1, "", "h"), None).unwrap(),
+        );
+        let common = ctx.common_tls_context.unwrap();
+        assert!(common.tls_certificate_sds_secret_configs.is_empty());
+        assert_eq!(
+            common
+                .tls_certificate_provider_instance
+                .unwrap()
+                .instance_name,
+            "default"
+        );
+        let simple = ClientTlsSettings {
+            ca_certificates: Some("/etc/ca.pem".into()),
+            ..settings(TlsMode::Simple)
+        };
+        assert!(
+            transport_socket(Some(&simple), Flavor::Proxyless, "c", (1, "", "h"), None).is_none()
+        );
+    }
+
+    #[test]
+    fn simple_and_mutual_map_files_and_credentials_to_sds_names() {
+        let simple = ClientTlsSettings {
+            ca_certificates: Some("/etc/ca.pem".into()),
+            subject_alt_names: vec!["api.example.com".into()],
+            ..settings(TlsMode::Simple)
+        };
+        let ctx = context(
+            transport_socket(
+                Some(&simple),
+                Flavor::Sidecar,
+                "c",
+                (443, "", "api.example.com"),
+                Some("api.example.com"),
+            )
+            .unwrap(),
+        );
+        assert_eq!(ctx.sni, "api.example.com");
+        let common = ctx.common_tls_context.unwrap();
+        assert!(common.tls_certificate_sds_secret_configs.is_empty());
+        let Some(common_tls_context::ValidationContextType::CombinedValidationContext(v)) =
+            common.validation_context_type
+        else {
+            panic!("combined validation expected");
+        };
+        assert_eq!(
+            v.validation_context_sds_secret_config.unwrap().name,
+            "file-root:/etc/ca.pem"
+        );
+        let mutual = ClientTlsSettings {
+            credential_name: Some("client".into()),
+            ..settings(TlsMode::Mutual)
+        };
+        let ctx = context(
+            transport_socket(Some(&mutual), Flavor::Sidecar, "c", (443, "", "h"), None).unwrap(),
+        );
+        let common = ctx.common_tls_context.unwrap();
+        assert_eq!(
+            common.tls_certificate_sds_secret_configs[0].name,
+            "kubernetes://client"
+        );
+        assert!(
+            transport_socket(
+                Some(&settings(TlsMode::Disable)),
+                Flavor::Sidecar,
+                "c",
+                (1, "", "h"),
+                None
+            )
+            .is_none()
+        );
+    }
+}

@@ -1,0 +1,358 @@
+//! Behaviour of the generators through [`GeneratedSnapshot`], beyond the golden files:
+//! parts shared between proxies, proxyless wildcard CDS and lookups by name, unresolved
+//! destinations, determinism across "replicas", config_dump, change kinds and the
+//! snapshot-wide consistency check.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::route::v3::{
+    RouteConfiguration, route::Action, route_action::ClusterSpecifier,
+};
+use pilotfish_shared::model::{Proxy, ProxyGenerator};
+use pilotfish_shared::push_context::{BuildInputs, PushContext, build};
+use pilotfish_shared::source::{parse_text, to_inputs};
+use pilotfish_xds::ads::{
+    CLUSTER_TYPE, ChangeKind, LISTENER_TYPE, ROUTE_TYPE, XdsSnapshot, XdsType,
+};
+use pilotfish_xds::r#gen::{GeneratedSnapshot, change_kind, check_snapshot, config_dump};
+use prost::Message;
+
+use super::golden::case_snapshot;
+
+fn push(yaml: &str) -> PushContext {
+    let parsed = parse_text(Path::new("test.yaml"), yaml);
+    assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+    let inputs = to_inputs(
+        &parsed.objects,
+        BuildInputs {
+            cluster_domain: "cluster.local".into(),
+            ..Default::default()
+        },
+    );
+    let built = build(&inputs, None);
+    assert!(built.errors().next().is_none(), "{:?}", built.findings);
+    built.context
+}
+
+fn sidecar(ns: &str, labels: &[(&str, &str)]) -> Proxy {
+    Proxy {
+        namespace: ns.into(),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Proxy::with_defaults(format!("sidecar~10.0.0.1~p.{ns}~{ns}.svc.cluster.local"))
+    }
+}
+
+fn proxyless(ns: &str) -> Proxy {
+    Proxy {
+        generator: ProxyGenerator::Grpc,
+        ..sidecar(ns, &[])
+    }
+}
+
+fn names(
+    snapshot: &GeneratedSnapshot,
+    proxy: &Proxy,
+    type_url: &str,
+    wanted: Option<&[&str]>,
+) -> Vec<String> {
+    let set: Option<BTreeSet<String>> = wanted.map(|w| w.iter().map(|s| s.to_string()).collect());
+    snapshot
+        .resources(proxy, type_url, set.as_ref())
+        .iter()
+        .map(|r| r.name.clone())
+        .collect()
+}
+
+const SHOP: &str = "\
+apiVersion: v1
+kind: Service
+metadata: {name: cart, namespace: shop}
+spec:
+  clusterIP: 10.96.0.1
+  selector: {app: cart}
+  ports: [{name: http, port: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: pay, namespace: shop}
+spec:
+  clusterIP: 10.96.0.2
+  selector: {app: pay}
+  ports: [{name: grpc, port: 9090}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: cart, namespace: shop}
+spec:
+  hosts: [cart]
+  http:
+  - route:
+    - destination: {host: cart}
+      weight: 90
+    - destination: {host: nowhere.example.com, port: {number: 80}}
+      weight: 10
+";
+
+#[test]
+fn a_thousand_identical_sidecars_cost_one_generation() {
+    let snapshot = GeneratedSnapshot::new(Arc::new(push(SHOP)), 7, ChangeKind::Full);
+    let first = sidecar("shop", &[("app", "cart")]);
+    for kind in XdsType::ALL {
+        snapshot.resources(&first, kind.type_url(), None);
+    }
+    let after_first = snapshot.generations();
+    assert!(after_first > 0);
+    for i in 0..1000 {
+        let twin = Proxy {
+            id: format!(
+                "sidecar~10.0.{}.{}~cart-{i}.shop~shop.svc.cluster.local",
+                i / 250,
+                i % 250
+            ),
+            ..first.clone()
+        };
+        for kind in XdsType::ALL {
+            snapshot.resources(&twin, kind.type_url(), None);
+        }
+    }
+    assert_eq!(
+        snapshot.generations(),
+        after_first,
+        "identical proxies must share every part"
+    );
+
+    // A sidecar of another workload in the same namespace shares the outbound parts and
+    // only generates its own inbound ones.
+    let other = sidecar("shop", &[("app", "pay")]);
+    snapshot.resources(&other, CLUSTER_TYPE, None);
+    assert_eq!(
+        snapshot.generations(),
+        after_first + 1,
+        "only inbound clusters are new"
+    );
+    let inbound: Vec<String> = names(&snapshot, &other, CLUSTER_TYPE, None)
+        .into_iter()
+        .filter(|n| n.starts_with("inbound|"))
+        .collect();
+    assert_eq!(inbound, ["inbound|9090||"]);
+}
+
+#[test]
+fn proxyless_wildcard_cds_is_outbound_eds_clusters_only() {
+    let snapshot = GeneratedSnapshot::new(Arc::new(push(SHOP)), 1, ChangeKind::Full);
+    let client = proxyless("shop");
+    let all = names(&snapshot, &client, CLUSTER_TYPE, None);
+    assert_eq!(
+        all,
+        [
+            "outbound|8080||cart.shop.svc.cluster.local",
+            "outbound|9090||pay.shop.svc.cluster.local"
+        ]
+    );
+    let some = names(
+        &snapshot,
+        &client,
+        CLUSTER_TYPE,
+        Some(&[
+            "outbound|9090||pay.shop.svc.cluster.local",
+            "outbound|1||unknown",
+        ]),
+    );
+    assert_eq!(some, ["outbound|9090||pay.shop.svc.cluster.local"]);
+    let listeners = names(
+        &snapshot,
+        &client,
+        LISTENER_TYPE,
+        Some(&["pay.shop.svc.cluster.local:9090"]),
+    );
+    assert_eq!(listeners, ["pay.shop.svc.cluster.local:9090"]);
+    // A sidecar sees the same outbound clusters plus its own infrastructure clusters.
+    let sidecar_all = names(&snapshot, &sidecar("shop", &[]), CLUSTER_TYPE, None);
+    for infra in [
+        "PassthroughCluster",
+        "BlackHoleCluster",
+        "InboundPassthroughCluster",
+    ] {
+        assert!(sidecar_all.iter().any(|n| n == infra), "{infra} missing");
+    }
+}
+
+fn route_config(snapshot: &GeneratedSnapshot, proxy: &Proxy, name: &str) -> RouteConfiguration {
+    let set: BTreeSet<String> = [name.to_string()].into();
+    let found = snapshot.resources(proxy, ROUTE_TYPE, Some(&set));
+    assert_eq!(found.len(), 1, "route config {name}");
+    RouteConfiguration::decode(found[0].body.value.as_slice()).expect("decodes")
+}
+
+#[test]
+fn destinations_without_a_cluster_never_reach_the_output() {
+    let snapshot = GeneratedSnapshot::new(Arc::new(push(SHOP)), 1, ChangeKind::Full);
+    // Sidecars keep the split and send the unknown share to BlackHoleCluster.
+    let rc = route_config(&snapshot, &sidecar("shop", &[]), "8080");
+    let vh = rc
+        .virtual_hosts
+        .iter()
+        .find(|v| v.name.starts_with("cart."))
+        .expect("cart vhost");
+    let Some(Action::Route(action)) = &vh.routes[0].action else {
+        panic!("route action expected")
+    };
+    let Some(ClusterSpecifier::WeightedClusters(w)) = &action.cluster_specifier else {
+        panic!("weighted clusters expected")
+    };
+    let split: Vec<(&str, u32)> = w
+        .clusters
+        .iter()
+        .map(|c| (c.name.as_str(), c.weight.as_ref().map_or(0, |w| w.value)))
+        .collect();
+    assert_eq!(
+        split,
+        [
+            ("outbound|8080||cart.shop.svc.cluster.local", 90),
+            ("BlackHoleCluster", 10)
+        ]
+    );
+    // Proxyless clients have no BlackHoleCluster: the unknown destination is dropped.
+    let rc = route_config(
+        &snapshot,
+        &proxyless("shop"),
+        "cart.shop.svc.cluster.local:8080",
+    );
+    let Some(Action::Route(action)) = &rc.virtual_hosts[0].routes[0].action else {
+        panic!("route action expected")
+    };
+    assert_eq!(
+        action.cluster_specifier,
+        Some(ClusterSpecifier::Cluster(
+            "outbound|8080||cart.shop.svc.cluster.local".into()
+        ))
+    );
+}
+
+#[test]
+fn two_replicas_generate_identical_versions() {
+    for case in ["bookinfo", "cors-headers", "consistent-hash", "tls-modes"] {
+        let source = (case == "bookinfo").then_some("examples/bookinfo");
+        let node = if case == "bookinfo" {
+            "productpage-v1"
+        } else {
+            "client"
+        };
+        let (a, sidecar_a, proxyless_a) = case_snapshot(case, source, node);
+        let (b, _, _) = case_snapshot(case, source, node);
+        for proxy in [&sidecar_a, &proxyless_a] {
+            for kind in XdsType::ALL {
+                let va: Vec<(String, String)> = a
+                    .all(proxy, kind)
+                    .values()
+                    .map(|r| (r.name.clone(), r.version.clone()))
+                    .collect();
+                let vb: Vec<(String, String)> = b
+                    .all(proxy, kind)
+                    .values()
+                    .map(|r| (r.name.clone(), r.version.clone()))
+                    .collect();
+                assert_eq!(
+                    va, vb,
+                    "{case} {kind}: versions differ between two generations"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn config_dump_shows_what_a_proxy_receives() {
+    let (snapshot, sidecar, _) =
+        case_snapshot("bookinfo", Some("examples/bookinfo"), "productpage-v1");
+    let dump = config_dump(&snapshot, &sidecar).expect("config dump");
+    let configs = dump["configs"].as_array().expect("configs");
+    let types: Vec<&str> = configs
+        .iter()
+        .map(|c| c["@type"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "type.googleapis.com/envoy.admin.v3.ClustersConfigDump",
+            "type.googleapis.com/envoy.admin.v3.ListenersConfigDump",
+            "type.googleapis.com/envoy.admin.v3.RoutesConfigDump",
+            "type.googleapis.com/envoy.admin.v3.EndpointsConfigDump",
+        ]
+    );
+    let clusters: Vec<&str> = configs[0]["dynamic_active_clusters"]
+        .as_array()
+        .expect("clusters")
+        .iter()
+        .map(|c| c["cluster"]["name"].as_str().unwrap_or(""))
+        .collect();
+    assert!(
+        clusters.contains(&"outbound|9080|v2|reviews.default.svc.cluster.local"),
+        "{clusters:?}"
+    );
+    assert!(
+        configs[0]["dynamic_active_clusters"][0]["version_info"]
+            .as_str()
+            .is_some_and(|v| v.len() == 32)
+    );
+    let listeners = configs[1]["dynamic_listeners"]
+        .as_array()
+        .expect("listeners");
+    assert!(listeners.iter().any(|l| l["name"] == "virtualInbound"));
+}
+
+#[test]
+fn consistency_check_of_a_whole_snapshot_is_clean() {
+    for (case, source, node) in [
+        ("bookinfo", Some("examples/bookinfo"), "productpage-v1"),
+        ("tcp", None, "client"),
+        ("service-entries", None, "client"),
+        ("inbound", None, "client"),
+    ] {
+        let (snapshot, _, _) = case_snapshot(case, source, node);
+        assert_eq!(check_snapshot(&snapshot), Vec::new(), "{case}");
+    }
+}
+
+#[test]
+fn change_kinds_know_what_endpoints_shape() {
+    let base = |ip: &str| {
+        format!(
+            "{SHOP}---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: cart-1, namespace: shop, labels: {{kubernetes.io/service-name: cart}}}}
+addressType: IPv4
+ports: [{{name: http, port: 8080}}]
+endpoints: [{{addresses: [{ip}]}}]
+"
+        )
+    };
+    let old = push(&base("10.1.0.1"));
+    let moved = push(&base("10.1.0.2"));
+    assert_eq!(change_kind(&old, &moved), ChangeKind::EndpointsOnly);
+    let reconfigured = push(&base("10.1.0.1").replace("weight: 90", "weight: 80"));
+    assert_eq!(change_kind(&old, &reconfigured), ChangeKind::Full);
+
+    // A named target port decides a sidecar's inbound ports: its endpoints are not EDS-only.
+    let named = |ip: &str| {
+        base(ip).replace("ports: [{name: http, port: 8080}]\n---\napiVersion: v1\nkind: Service\nmetadata: {name: pay", "ports: [{name: http, port: 8080, targetPort: web}]\n---\napiVersion: v1\nkind: Service\nmetadata: {name: pay")
+    };
+    assert_eq!(
+        change_kind(&push(&named("10.1.0.1")), &push(&named("10.1.0.2"))),
+        ChangeKind::Full
+    );
+
+    let snapshot = GeneratedSnapshot::new(Arc::new(moved), 8, ChangeKind::EndpointsOnly);
+    assert_eq!(snapshot.change_since(7), ChangeKind::EndpointsOnly);
+    assert_eq!(
+        snapshot.change_since(6),
+        ChangeKind::Full,
+        "a stream that missed a snapshot recomputes all"
+    );
+}
