@@ -717,6 +717,14 @@ async fn send(api: &Api<Lease>, config: &LeaseConfig, write: &Write) -> WriteRes
             &lease,
             config.timings.lease_duration,
         )),
+        // A create that finds nothing to create in: the namespace is missing. Not a race.
+        Ok(Err(kube::Error::Api(status)))
+            if write.kind == WriteKind::Create && status.is_not_found() =>
+        {
+            tracing::warn!(lease = %config.name, namespace = %config.namespace, "cannot create the Lease: {} (does the namespace exist? set --lease-namespace)", status.message);
+            WriteResult::Failed
+        }
+        // 409, or the Lease was created or deleted since we looked: someone else wrote.
         Ok(Err(kube::Error::Api(status)))
             if status.is_conflict() || status.is_already_exists() || status.is_not_found() =>
         {

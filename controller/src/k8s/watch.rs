@@ -66,7 +66,7 @@ where
                     .inc();
                 // First failure loud, then one line in 30: a long outage must not flood.
                 if errors == 1 || errors.is_multiple_of(30) {
-                    tracing::warn!(kind = K::KIND, error = %e, failures = errors, "{}", hint::<K>(&e));
+                    tracing::warn!(kind = K::KIND, failures = errors, "{}", describe::<K>(&e));
                 }
                 continue;
             }
@@ -96,28 +96,35 @@ fn ingest<K: Watched>(object: Decoded<K>) -> (ObjectKey, Ingested<K::Stored>) {
     (key, item)
 }
 
-/// A log line that says what to do about a watch failure.
-fn hint<K: Watched>(e: &watcher::Error) -> String {
+/// A log line that says what failed and what to do about it.
+fn describe<K: Watched>(e: &watcher::Error) -> String {
     let status = match e {
         watcher::Error::InitialListFailed(kube::Error::Api(s))
         | watcher::Error::WatchStartFailed(kube::Error::Api(s))
-        | watcher::Error::WatchFailed(kube::Error::Api(s)) => Some(s.code),
-        watcher::Error::WatchError(s) => Some(s.code),
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => Some(&**s),
+        watcher::Error::WatchError(s) => Some(&**s),
         _ => None,
     };
     let group = K::group(&());
     match status {
-        Some(404) if !group.is_empty() => format!(
+        Some(s) if s.code == 404 && !group.is_empty() => format!(
             "cannot list {}: the API server does not serve {}/{} (are the Istio CRDs installed?); no snapshot is published until every kind is listed",
             K::KIND,
             group,
             K::version(&())
         ),
-        Some(401 | 403) => format!(
-            "cannot list or watch {}: not allowed (check the controller's RBAC: list and watch on {})",
+        Some(s) if s.code == 401 || s.code == 403 => format!(
+            "cannot list or watch {}: {} (check the controller's RBAC: list and watch on {})",
             K::KIND,
+            s.message,
             K::plural(&())
         ),
-        _ => format!("watching {} failed; retrying with backoff", K::KIND),
+        Some(s) => format!(
+            "watching {} failed: {} ({}); retrying with backoff",
+            K::KIND,
+            s.message,
+            s.code
+        ),
+        None => format!("watching {} failed: {e}; retrying with backoff", K::KIND),
     }
 }

@@ -113,6 +113,13 @@ async fn invalid_objects_get_a_false_condition_and_one_event_and_keep_the_previo
     .await;
     assert_eq!(accepted.0["reason"], "Accepted");
     assert_eq!(accepted.1.data["status"]["observedGeneration"], 1);
+    // Every Istio kind gets its condition, not only VirtualServices.
+    let dr = destination_rule("reviews", &["v1", "v2"]);
+    eventually("the DestinationRule's Reconciled=True", || async {
+        let c = reconciled(&cluster.get(&dr).await?)?;
+        (c["status"] == "True").then_some(())
+    })
+    .await;
     assert_eq!(served_weights(&follower, "reviews"), Some(vec![80, 20]));
 
     // A negative weight and an unknown subset.

@@ -26,7 +26,7 @@ use pilotfish_shared::bus::redis::{RedisConfig, RedisPublisher, follow};
 use pilotfish_shared::codec::{self, DecodeLimits};
 use pilotfish_shared::push_context::PushContext;
 use pilotfish_testkit::grpc::{GrpcBackends, RpcTally, XdsClient, bootstrap};
-use pilotfish_testkit::process::{ChildProcess, binary, free_port, http_get};
+use pilotfish_testkit::process::{ChildProcess, XdsServer, binary, free_port, http_get};
 use pilotfish_testkit::redis::RedisServer;
 use pilotfish_testkit::tools::{self, KubeEnv, workspace_root};
 use serde_json::Value;
@@ -288,7 +288,10 @@ impl Controller {
             &self.args,
             &[
                 ("KUBECONFIG", &self.kubeconfig),
-                ("RUST_LOG", "warn,pilotfish_controller=info"),
+                (
+                    "RUST_LOG",
+                    &std::env::var("PILOTFISH_E2E_LOG").unwrap_or_else(|_| "warn".into()),
+                ),
             ],
         )
         .unwrap_or_else(|e| panic!("{e}"));
@@ -464,6 +467,35 @@ async fn controllers_publish_mark_invalid_configs_fail_over_and_fence() {
         ) >= 1.0
     );
 
+    // --- how long from `kubectl apply` to the new snapshot in Redis ---
+    let mut publish_samples = Vec::new();
+    for (file, weights) in [
+        ("reviews-50-50.yaml", [50, 50]),
+        ("reviews-80-20.yaml", [80, 20]),
+        ("reviews-50-50.yaml", [50, 50]),
+        ("reviews-80-20.yaml", [80, 20]),
+        ("reviews-50-50.yaml", [50, 50]),
+    ] {
+        cluster.apply(file).await;
+        let applied = Instant::now();
+        eventually("the applied split in Redis", || {
+            (served(&follower)?? == weights).then_some(())
+        })
+        .await;
+        publish_samples.push(applied.elapsed());
+    }
+    publish_samples.sort();
+    println!(
+        "MEASURED kubectl apply -> snapshot published and read back from Redis (debounce 100ms): median {:?}, max {:?}",
+        publish_samples[publish_samples.len() / 2],
+        publish_samples[publish_samples.len() - 1]
+    );
+    cluster.apply("reviews-80-20.yaml").await;
+    eventually("80/20 again", || {
+        (served(&follower)?? == [80, 20]).then_some(())
+    })
+    .await;
+
     // --- SIGKILL of the leader; a change lands while nobody leads ---
     let standby = 1 - first;
     let old_epoch = controllers[first].epoch().expect("leader epoch");
@@ -631,30 +663,6 @@ async fn controllers_publish_mark_invalid_configs_fail_over_and_fence() {
     }
 }
 
-/// One `pilotfish-xds` replica following Redis.
-fn start_xds(name: &str, redis_url: &str) -> (ChildProcess, SocketAddr, SocketAddr) {
-    let xds = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let program = binary("pilotfish-xds").unwrap_or_else(|e| panic!("{e}"));
-    let process = ChildProcess::spawn(
-        name,
-        &program,
-        &[
-            "--redis-url".into(),
-            redis_url.into(),
-            "--xds-addr".into(),
-            xds.to_string(),
-            "--admin-addr".into(),
-            admin.to_string(),
-            "--replica-name".into(),
-            name.into(),
-        ],
-        &[("RUST_LOG", "warn")],
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    (process, xds, admin)
-}
-
 /// Runs `count` RPCs on a blocking thread (the client is a child process driven over
 /// pipes) and gives the client back.
 async fn rpcs(client: XdsClient, count: u32) -> (XdsClient, RpcTally) {
@@ -712,18 +720,22 @@ async fn grpc_clients_follow_kubectl_through_two_controllers_and_two_xds_replica
     let mut b = Controller::new("controller-b", &redis.url(), &cluster);
     a.start();
     b.start();
-    let (mut xds1, xds1_addr, xds1_admin) = start_xds("xds-1", &redis.url());
-    let (mut xds2, xds2_addr, xds2_admin) = start_xds("xds-2", &redis.url());
     cluster.install_reviews(v1_port, v2_port).await;
-    xds1.wait_http_ok(xds1_admin, "/readyz", WAIT)
-        .expect("xds-1 ready");
-    xds2.wait_http_ok(xds2_admin, "/readyz", WAIT)
-        .expect("xds-2 ready");
+    // Each replica is ready once it serves a snapshot, i.e. after the first publish.
+    let xds_url = redis.url();
+    let (mut xds1, mut xds2) = tokio::task::spawn_blocking(move || {
+        (
+            XdsServer::following("xds-1", &xds_url, &[]).expect("xds-1 ready"),
+            XdsServer::following("xds-2", &xds_url, &[]).expect("xds-2 ready"),
+        )
+    })
+    .await
+    .unwrap();
     let node = "sidecar~127.0.0.1~client.default~default.svc.cluster.local";
-    let client1 = XdsClient::start(&bootstrap(&xds1_addr.to_string(), node, "default"))
-        .expect("xDS client 1");
-    let client2 = XdsClient::start(&bootstrap(&xds2_addr.to_string(), node, "default"))
-        .expect("xDS client 2");
+    let client1 =
+        XdsClient::start(&bootstrap(&xds1.xds.to_string(), node, "default")).expect("xDS client 1");
+    let client2 =
+        XdsClient::start(&bootstrap(&xds2.xds.to_string(), node, "default")).expect("xDS client 2");
 
     // --- 80/20 through either replica ---
     let (client1, tally) = rpcs(client1, 2000).await;
@@ -731,13 +743,15 @@ async fn grpc_clients_follow_kubectl_through_two_controllers_and_two_xds_replica
     let (client2, tally) = rpcs(client2, 2000).await;
     assert_split(&tally, 80.0, 20.0, 5.0);
     drop(client2);
-    let (code, syncz) = http_get(xds1_admin, "/debug/syncz").expect("/debug/syncz");
+    let (code, syncz) = http_get(xds1.admin, "/debug/syncz").expect("/debug/syncz");
     assert_eq!(code, 200, "{syncz}");
 
     // --- 50/50: time from `kubectl apply` to the new split ---
     let mut samples = Vec::new();
     let mut client = client1;
     for (file, v2_share) in [
+        ("reviews-50-50.yaml", 50.0),
+        ("reviews-80-20.yaml", 20.0),
         ("reviews-50-50.yaml", 50.0),
         ("reviews-80-20.yaml", 20.0),
         ("reviews-50-50.yaml", 50.0),
@@ -757,8 +771,11 @@ async fn grpc_clients_follow_kubectl_through_two_controllers_and_two_xds_replica
         samples.push(applied.elapsed());
         client = c;
     }
+    samples.sort();
     println!(
-        "MEASURED kubectl apply -> new split seen by the gRPC client (batches of 100 RPCs): {samples:?}"
+        "MEASURED kubectl apply -> new split seen by the gRPC client (batches of 100 RPCs): median {:?}, max {:?}, all {samples:?}",
+        samples[samples.len() / 2],
+        samples[samples.len() - 1]
     );
     let (c, tally) = rpcs(client, 2000).await;
     client = c;
@@ -846,7 +863,10 @@ async fn grpc_clients_follow_kubectl_through_two_controllers_and_two_xds_replica
         c.assert_running();
     }
     assert!(
-        xds1.try_wait().is_none() && xds2.try_wait().is_none(),
+        xds1.process.try_wait().is_none() && xds2.process.try_wait().is_none(),
         "an xDS replica exited"
     );
+    for replica in [&xds1, &xds2] {
+        assert_eq!(replica.nacks().unwrap(), vec![], "a client NACKed");
+    }
 }
