@@ -247,9 +247,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 },
             };
             tracing::info!(lease = %format!("{}/{}", mode.lease.namespace, mode.lease.name), identity = %replica, ?timings, "Kubernetes source: watching the API, electing a leader");
+            let seed = k8s::mode::seed_from_redis(publisher.clone(), Duration::from_secs(10));
             for (name, task) in mode.tasks(
                 pipeline,
                 Arc::new(publisher),
+                Some(seed),
                 admin_state.clone(),
                 shutdown_rx.clone(),
             ) {

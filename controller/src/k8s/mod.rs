@@ -36,7 +36,7 @@ use tokio::sync::{mpsc, watch as channel};
 
 use crate::admin::AdminState;
 use lease::{Leadership, LeaseConfig};
-use mode::{ModeLoop, Resign};
+use mode::{ModeLoop, Resign, Seed};
 use pilotfish_shared::pipeline::Pipeline;
 use status::StatusWriter;
 use store::Watched;
@@ -99,12 +99,14 @@ fn until_shutdown(
 }
 
 impl KubeMode {
-    /// Builds every task of the mode. `shutdown` turning true makes the Lease task
-    /// release the Lease (if held) and end.
+    /// Builds every task of the mode. `seed` reads what is already published (see
+    /// [`mode::seed_from_redis`]). `shutdown` turning true ends every task; the Lease task
+    /// first releases the Lease (if held).
     pub fn tasks(
         self,
         pipeline: Pipeline,
         resign: Arc<dyn Resign>,
+        seed: Option<Seed>,
         admin: AdminState,
         shutdown: channel::Receiver<bool>,
     ) -> Vec<Task> {
@@ -175,7 +177,7 @@ impl KubeMode {
         };
         tasks.push((
             "controller loop",
-            until_shutdown(shutdown, mode_loop.run(pipeline).boxed()),
+            until_shutdown(shutdown, mode_loop.run(pipeline, seed).boxed()),
         ));
         tasks
     }

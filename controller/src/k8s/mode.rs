@@ -5,7 +5,9 @@
 //!
 //! Ordering rules, each for a reason:
 //! - nothing is built before every store has completed its initial list (a restart must
-//!   never publish a partial mesh);
+//!   never publish a partial mesh) and before the published snapshot has been read back as
+//!   the builder's "previous" (bounded): an object that is invalid at restart keeps its
+//!   last accepted version instead of dropping out;
 //! - on acquiring the Lease, a new epoch is taken from the bus *before* the first
 //!   publish, which fences any earlier leader still trying to write;
 //! - the claim ([`Leadership::holds`]) is re-checked right before every publish, and the
@@ -20,7 +22,10 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 use futures::future::BoxFuture;
 use pilotfish_shared::bus::PublishOutcome;
+use pilotfish_shared::bus::redis::RedisPublisher;
+use pilotfish_shared::codec::{self, DecodeLimits};
 use pilotfish_shared::push_context::BuildInputs;
+use pilotfish_shared::push_context::PushContext;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -83,6 +88,9 @@ pub struct ModeLoop {
     pub admin: AdminState,
 }
 
+/// A one-shot read of the published snapshot.
+pub type Seed = BoxFuture<'static, Option<PushContext>>;
+
 struct State {
     /// Keeps the previous snapshot (last-good fallback, endpoint-only path).
     pipeline: Pipeline,
@@ -100,7 +108,9 @@ struct State {
 }
 
 impl ModeLoop {
-    pub async fn run(mut self, pipeline: Pipeline) -> Result<()> {
+    /// Runs the loop. `seed` reads what is published (the last-good fallback for objects
+    /// invalid at start); `None`: nothing to read.
+    pub async fn run(mut self, pipeline: Pipeline, mut seed: Option<Seed>) -> Result<()> {
         let mut s = State {
             pipeline,
             stores: Stores::default(),
@@ -125,7 +135,7 @@ impl ModeLoop {
         );
         self.show_leader(&s);
         loop {
-            let due = if s.stores.all_synced() {
+            let due = if s.stores.all_synced() && seed.is_none() {
                 s.debounce.deadline().map(Instant::from_std)
             } else {
                 None
@@ -146,6 +156,12 @@ impl ModeLoop {
                 _ = sleep_until_opt(due) => self.rebuild(&mut s).await,
                 _ = sleep_until_opt(s.epoch_retry_at) => self.take_epoch(&mut s).await,
                 _ = sleep_until_opt(s.publish_retry_at) => self.publish(&mut s).await,
+                seeded = seed_opt(&mut seed) => {
+                    seed = None;
+                    if let Some(previous) = seeded {
+                        s.pipeline.seed_previous(Arc::new(previous));
+                    }
+                }
             }
         }
     }
@@ -412,6 +428,47 @@ impl ModeLoop {
             "objects": s.stores.counts(),
         }));
     }
+}
+
+/// Awaits the seed, or forever when there is none (a disabled `select!` branch).
+async fn seed_opt(seed: &mut Option<Seed>) -> Option<PushContext> {
+    match seed {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Reads the snapshot `latest` points at from Redis, for at most `timeout`. Every failure
+/// is logged and gives `None`: the fallback is a courtesy, never a reason not to build.
+pub fn seed_from_redis(publisher: RedisPublisher, timeout: Duration) -> Seed {
+    Box::pin(async move {
+        match tokio::time::timeout(timeout, publisher.fetch_latest()).await {
+            Ok(Ok(Some((reference, blob)))) => {
+                match codec::decode(&blob, &DecodeLimits::default()) {
+                    Ok(previous) => {
+                        tracing::info!(%reference, "read the published snapshot: objects invalid now keep the version it holds");
+                        Some(previous)
+                    }
+                    Err(e) => {
+                        tracing::warn!(%reference, error = %e, "cannot decode the published snapshot; objects invalid now get no last-good fallback");
+                        None
+                    }
+                }
+            }
+            Ok(Ok(None)) => None,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot read the published snapshot; objects invalid now get no last-good fallback");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(
+                    ?timeout,
+                    "reading the published snapshot timed out; objects invalid now get no last-good fallback"
+                );
+                None
+            }
+        }
+    })
 }
 
 /// Sleeps until `at`, or forever when `None` (a disabled `select!` branch).

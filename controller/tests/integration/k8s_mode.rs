@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use kube::api::{Api, ListParams};
-use pilotfish_controller::k8s::mode::NoResign;
+use pilotfish_controller::k8s::mode::{NoResign, seed_from_redis};
 use pilotfish_shared::bus::memory::MemoryBus;
 use pilotfish_shared::bus::redis::{RedisConfig, RedisPublisher};
 use pilotfish_shared::bus::{Follower, SnapshotPublisher};
@@ -425,4 +425,57 @@ async fn restarts_never_publish_a_partial_mesh_and_deleting_the_route_restores_t
             .all(|(_, w, s)| w.is_none() && *s == 1),
         "{seen:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_controller_keeps_the_last_accepted_version_of_an_object_invalid_at_start() {
+    let redis = RedisServer::start().expect("redis-server");
+    let cluster = Cluster::start().await;
+    cluster.install_istio_crds().await;
+    reviews_mesh(&cluster).await;
+    cluster
+        .apply(split("reviews", "reviews", &[("v1", 80), ("v2", 20)]))
+        .await;
+    let config = || RedisConfig::new(&redis.url()).unwrap().with_prefix("seed");
+    let (follower, _task) =
+        pilotfish_shared::bus::redis::follow(config(), decode).expect("follow Redis");
+    let start = |identity: &str| {
+        let publisher = RedisPublisher::new(config()).unwrap();
+        Replica::start_seeded(
+            &cluster,
+            identity,
+            Arc::new(publisher.clone()) as Arc<dyn SnapshotPublisher>,
+            Arc::new(publisher.clone()),
+            Some(seed_from_redis(publisher, Duration::from_secs(10))),
+            fast_timings(),
+        )
+    };
+    let a = start("a");
+    eventually("the first publish", || async {
+        (served_weights(&follower, "reviews")? == [80, 20]).then_some(())
+    })
+    .await;
+    let bad = split("reviews", "reviews", &[("v1", 100), ("v2", -1)]);
+    cluster.apply(bad.clone()).await;
+    eventually("Reconciled=False", || async {
+        (reconciled(&cluster.get(&bad).await?)?["status"] == "False").then_some(())
+    })
+    .await;
+    a.kill();
+    // A fresh process: its pipeline has never seen the accepted version.
+    let mut b = start("b");
+    eventually("the new replica to lead and publish", || async {
+        let result = b.admin.snapshot()["publish"]["result"].clone();
+        (b.is_leader() && (result == "unchanged" || result == "published")).then_some(())
+    })
+    .await;
+    let snapshot = b.admin.snapshot();
+    assert!(
+        snapshot["kept_previous"]
+            .to_string()
+            .contains("VirtualService default/reviews"),
+        "{snapshot}"
+    );
+    assert_eq!(served_weights(&follower, "reviews"), Some(vec![80, 20]));
+    b.assert_alive();
 }

@@ -16,7 +16,7 @@ use kube::runtime::wait::{await_condition, conditions};
 use pilotfish_controller::admin::AdminState;
 use pilotfish_controller::k8s::KubeMode;
 use pilotfish_controller::k8s::lease::{LeaseConfig, LeaseTimings};
-use pilotfish_controller::k8s::mode::Resign;
+use pilotfish_controller::k8s::mode::{Resign, Seed};
 use pilotfish_shared::bus::SnapshotPublisher;
 use pilotfish_shared::pipeline::Pipeline;
 use pilotfish_shared::push_context::{BuildInputs, PushContext};
@@ -258,6 +258,18 @@ impl Replica {
         resign: Arc<dyn Resign>,
         timings: LeaseTimings,
     ) -> Replica {
+        Self::start_seeded(cluster, identity, publisher, resign, None, timings)
+    }
+
+    /// Like [`Replica::start`], reading the published snapshot first (`seed`).
+    pub fn start_seeded(
+        cluster: &Cluster,
+        identity: &str,
+        publisher: Arc<dyn SnapshotPublisher>,
+        resign: Arc<dyn Resign>,
+        seed: Option<Seed>,
+        timings: LeaseTimings,
+    ) -> Replica {
         let admin = AdminState::default();
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mode = KubeMode {
@@ -276,8 +288,13 @@ impl Replica {
             },
         };
         let mut tasks = JoinSet::new();
-        for (name, task) in mode.tasks(Pipeline::new(publisher), resign, admin.clone(), shutdown_rx)
-        {
+        for (name, task) in mode.tasks(
+            Pipeline::new(publisher),
+            resign,
+            seed,
+            admin.clone(),
+            shutdown_rx,
+        ) {
             tasks.spawn(async move { (name, task.await) });
         }
         Replica {
