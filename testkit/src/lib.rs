@@ -1,6 +1,7 @@
 //! Pilotfish test infrastructure:
 //!
 //! - [`apiserver`]: the test Kubernetes API server;
+//! - [`balancer`]: a round-robin TCP balancer standing in for a Service in front of replicas;
 //! - [`tools`]: the real `kubectl`/`helm` binaries, run against it;
 //! - [`redis`]: real `redis-server` processes (killable, restartable) and a cuttable TCP link;
 //! - [`grpc`]: gRPC's own xDS client and backend servers (Python `grpcio`);
@@ -8,6 +9,7 @@
 //! - [`process`]: Pilotfish's binaries as child processes, free ports, plain HTTP GETs.
 
 pub mod apiserver;
+pub mod balancer;
 pub mod grpc;
 pub mod mesh;
 pub mod process;

@@ -208,10 +208,18 @@ pub struct XdsServer {
 impl XdsServer {
     /// Standalone mode on `config_dir`; returns once `/readyz` answers 200.
     pub fn standalone(name: &str, config_dir: &Path) -> Result<Self, ProcessError> {
-        Self::start(
-            name,
-            &["--config-dir".into(), config_dir.display().to_string()],
-        )
+        Self::standalone_with(name, config_dir, &[])
+    }
+
+    /// Standalone mode with extra flags.
+    pub fn standalone_with(
+        name: &str,
+        config_dir: &Path,
+        extra: &[&str],
+    ) -> Result<Self, ProcessError> {
+        let mut args = vec!["--config-dir".to_string(), config_dir.display().to_string()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Self::start(name, &args)
     }
 
     /// Following Redis at `url`; returns once `/readyz` answers 200 (a snapshot is loaded).
@@ -251,6 +259,35 @@ impl XdsServer {
             )));
         }
         serde_json::from_str(&body).map_err(std::io::Error::other)
+    }
+
+    /// Open ADS streams on this replica, as `(proxy id, peer address)`.
+    pub fn clients(&self) -> std::io::Result<Vec<(String, String)>> {
+        let adsz = self.admin_json("/debug/adsz")?;
+        Ok(adsz["clients"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                (
+                    c["proxy_id"].as_str().unwrap_or("").to_string(),
+                    c["peer"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect())
+    }
+
+    /// The value of a counter or gauge on `/metrics` (the sum over its label sets that
+    /// contain `labels`, e.g. `reason="max_age"`).
+    pub fn metric(&self, name: &str, labels: &str) -> std::io::Result<f64> {
+        let (_, text) = http_get(self.admin, "/metrics")?;
+        Ok(text
+            .lines()
+            .filter(|l| {
+                l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']) && l.contains(labels)
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum())
     }
 
     /// NACKs recorded on any stream of this replica, as `(proxy id, type, detail)`.

@@ -28,6 +28,8 @@ pub struct AdminContext {
     /// The bus follower's health.
     pub follower: Arc<dyn Fn() -> FollowerStatus + Send + Sync>,
     pub replica_name: String,
+    /// Set on SIGTERM: readiness turns false so no new clients are sent here.
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 async fn healthz() -> &'static str {
@@ -35,6 +37,13 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(ctx): State<AdminContext>) -> Response {
+    if ctx.draining.load(std::sync::atomic::Ordering::SeqCst) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining: shutting down, clients are moving to other replicas\n",
+        )
+            .into_response();
+    }
     let status = (ctx.follower)();
     let code = if status.is_ready() {
         StatusCode::OK

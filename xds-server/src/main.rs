@@ -28,7 +28,7 @@ use pilotfish_shared::push_context::{BuildInputs, PushContext};
 use pilotfish_shared::supervise::{Supervisor, run_main};
 use pilotfish_shared::telemetry::{self, LogFormat};
 use pilotfish_xds::admin::{self, AdminContext};
-use pilotfish_xds::ads::{self, AdsConfig, XdsSnapshot};
+use pilotfish_xds::ads::{self, AdsConfig, ConnectionPolicy, XdsSnapshot};
 use pilotfish_xds::feed::{self, FeedState};
 use pilotfish_xds::metrics;
 use pilotfish_xds::registry::ConnectionRegistry;
@@ -92,6 +92,22 @@ struct Cli {
     /// `control_plane.identifier` of every response and the name in logs (default: host name).
     #[arg(long, env = "PILOTFISH_REPLICA_NAME")]
     replica_name: Option<String>,
+    /// Client connections are ended (GOAWAY) after this age, ±10% per connection, so load
+    /// spreads to new replicas after a scale-up. `0s` keeps connections forever.
+    #[arg(long, env = "PILOTFISH_MAX_CONNECTION_AGE", default_value = "30m")]
+    max_connection_age: api::Duration,
+    /// On SIGTERM: stop accepting, then end connections at random moments within this
+    /// grace so clients reconnect to other replicas spread over time; then exit.
+    #[arg(long, env = "PILOTFISH_DRAIN_GRACE", default_value = "20s")]
+    drain_grace: api::Duration,
+    /// New ADS streams accepted per second (bursts of twice that); beyond it they are
+    /// refused at once with UNAVAILABLE so clients retry another replica. 0: no limit.
+    #[arg(
+        long,
+        env = "PILOTFISH_MAX_NEW_STREAMS_PER_SECOND",
+        default_value_t = 100.0
+    )]
+    max_new_streams_per_second: f64,
     /// Streams computing a full push at once.
     #[arg(long, env = "PILOTFISH_PUSH_CONCURRENCY", default_value_t = 64)]
     push_concurrency: usize,
@@ -203,19 +219,33 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         replica_name: replica.clone(),
         push_concurrency: cli.push_concurrency,
         endpoint_push_concurrency: cli.push_concurrency,
+        connections: ConnectionPolicy {
+            max_age: Some(cli.max_connection_age.as_std()).filter(|age| !age.is_zero()),
+            ..ConnectionPolicy::default()
+        },
+        drain_grace: cli.drain_grace.as_std(),
+        new_streams_per_second: Some(cli.max_new_streams_per_second).filter(|r| *r > 0.0),
         ..AdsConfig::default()
     };
-    let ads_stop = stop(shutdown_rx.clone());
+    let shutdown_budget =
+        config.drain_grace + config.connections.close_grace + Duration::from_secs(5);
+    let (ads_shutdown_tx, ads_shutdown_rx) = tokio::sync::watch::channel(false);
+    let ads_stop = stop(ads_shutdown_rx);
     let reg = registry.clone();
+    let (ads_drained_tx, ads_drained_rx) = tokio::sync::oneshot::channel::<()>();
     tasks.spawn("ADS server", async move {
-        ads::serve(xds_listener, engine_rx, reg, config, ads_stop).await
+        let served = ads::serve(xds_listener, engine_rx, reg, config, ads_stop).await;
+        let _ = ads_drained_tx.send(());
+        served
     });
     let follower_for_admin = follower.clone();
+    let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let admin_ctx = AdminContext {
         registry,
         feed: feed_state,
         follower: Arc::new(move || follower_for_admin.status()),
         replica_name: replica.clone(),
+        draining: draining.clone(),
     };
     let admin_stop = stop(shutdown_rx.clone());
     tasks.spawn("admin server", async move {
@@ -231,7 +261,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     }
 
     let code = tasks.wait().await;
-    // Stop accepting and close streams, so clients reconnect to another replica.
+    // Drain: not ready any more, stop accepting, end connections spread over the grace
+    // so clients reconnect to other replicas; the admin server stays up meanwhile.
+    draining.store(true, std::sync::atomic::Ordering::SeqCst);
+    let _ = ads_shutdown_tx.send(true);
+    let _ = tokio::time::timeout(shutdown_budget, ads_drained_rx).await;
     let _ = shutdown_tx.send(true);
     tasks.shutdown(Duration::from_secs(2)).await;
     Ok(code)

@@ -102,6 +102,38 @@ pub static INVALID_NODES: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("register pilotfish_xds_invalid_node_total")
 });
 
+/// `pilotfish_xds_connections`: open ADS (HTTP/2) connections.
+pub static ADS_CONNECTIONS: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!("pilotfish_xds_connections", "Open ADS HTTP/2 connections.")
+        .expect("register pilotfish_xds_connections")
+});
+
+/// `pilotfish_xds_connections_ended_total{reason}`: connections this replica ended
+/// (`max_age`, `drain`) with GOAWAY.
+pub static ADS_CONNECTIONS_ENDED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        Opts::new(
+            "pilotfish_xds_connections_ended_total",
+            "ADS connections ended by this replica with GOAWAY, by reason (max_age, drain)."
+        ),
+        &["reason"]
+    )
+    .expect("register pilotfish_xds_connections_ended_total")
+});
+
+/// `pilotfish_xds_streams_refused_total{reason}`: new ADS streams refused with
+/// `UNAVAILABLE` (`rate_limit`, `draining`) so the client retries another replica.
+pub static STREAMS_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        Opts::new(
+            "pilotfish_xds_streams_refused_total",
+            "New ADS streams refused with UNAVAILABLE, by reason (rate_limit, draining)."
+        ),
+        &["reason"]
+    )
+    .expect("register pilotfish_xds_streams_refused_total")
+});
+
 /// Registers every metric now, so `/metrics` lists them before the first stream.
 pub fn register_all() {
     LazyLock::force(&XDS_PUSHES);
@@ -112,6 +144,9 @@ pub fn register_all() {
     LazyLock::force(&STALE_NONCES);
     LazyLock::force(&UNKNOWN_TYPES);
     LazyLock::force(&INVALID_NODES);
+    LazyLock::force(&ADS_CONNECTIONS);
+    LazyLock::force(&ADS_CONNECTIONS_ENDED);
+    LazyLock::force(&STREAMS_REFUSED);
     crate::r#gen::metrics::register_all();
 }
 

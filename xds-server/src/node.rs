@@ -12,7 +12,7 @@ use std::net::IpAddr;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
-use pilotfish_shared::model::{Proxy, ProxyGenerator, ProxyType};
+use pilotfish_shared::model::{Locality, Proxy, ProxyGenerator, ProxyType};
 
 /// Why a node cannot identify a proxy.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -55,6 +55,16 @@ pub fn parse_node(node: Option<&Node>) -> Result<ParsedNode, NodeError> {
     }
     if let Some(metadata) = &node.metadata {
         apply_metadata(&mut proxy, metadata);
+    }
+    // Istio reads a proxy's locality from the node (set from its host's topology labels).
+    if let Some(l) = &node.locality
+        && !(l.region.is_empty() && l.zone.is_empty() && l.sub_zone.is_empty())
+    {
+        proxy.locality = Some(Locality {
+            region: l.region.clone(),
+            zone: l.zone.clone(),
+            subzone: l.sub_zone.clone(),
+        });
     }
     Ok(ParsedNode {
         proxy,
@@ -204,6 +214,23 @@ mod tests {
             Some("bookinfo.svc.cluster.local")
         );
         assert_eq!(proxy.generator, ProxyGenerator::Envoy);
+    }
+
+    #[test]
+    fn node_locality_is_the_proxy_locality() {
+        let mut n = node("sidecar~10.1.2.3~a.ns~ns.svc.cluster.local", &[]);
+        let p = parse_node(Some(&n)).unwrap();
+        assert_eq!(p.proxy.locality, None, "absent or empty: unknown");
+        n.locality = Some(envoy_types::pb::envoy::config::core::v3::Locality {
+            region: "us-east1".into(),
+            zone: "us-east1-b".into(),
+            sub_zone: String::new(),
+        });
+        let p = parse_node(Some(&n)).unwrap();
+        assert_eq!(
+            p.proxy.locality.map(|l| l.to_string()).as_deref(),
+            Some("us-east1/us-east1-b/")
+        );
     }
 
     #[test]

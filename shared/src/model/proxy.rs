@@ -50,6 +50,9 @@ pub struct Proxy {
     pub cluster_id: Option<String>,
     /// Istio version the proxy reports (`ISTIO_VERSION`), for debug pages only.
     pub istio_version: Option<String>,
+    /// Where the proxy runs (the node's `locality`), for locality-aware load balancing.
+    /// When the node does not say, the generators use the locality of its own endpoint.
+    pub locality: Option<super::Locality>,
 }
 
 impl Proxy {

@@ -13,3 +13,4 @@ mod istio_crds;
 mod redis_e2e;
 mod support;
 mod xds_grpc;
+mod xds_lifecycle;

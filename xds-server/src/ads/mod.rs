@@ -8,6 +8,7 @@
 //! - [`AdsServer`] (the tonic service), [`AdsConfig`], and [`serve`] to run it on a listener.
 //! - [`XdsType`] and the four served type URLs.
 
+mod connection;
 mod delta;
 mod map_snapshot;
 mod resource;
@@ -19,8 +20,8 @@ mod types;
 use std::future::Future;
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 
+pub use connection::{ConnectionClosing, ConnectionPolicy};
 pub use delta::DeltaStream;
 pub use map_snapshot::MapSnapshot;
 pub use resource::{ChangeKind, Resource, SnapshotReceiver, XdsSnapshot, content_version};
@@ -40,8 +41,10 @@ pub(crate) fn to_envoy_any(body: &prost_types::Any) -> envoy_types::pb::google::
     }
 }
 
-/// Serves ADS on `listener` until `shutdown` completes, then ends every stream with
-/// `UNAVAILABLE` (clients reconnect elsewhere) and returns once connections are closed.
+/// Serves ADS on `listener` until `shutdown` completes; then drains: new streams are
+/// refused, the listener closes, and every connection ends (GOAWAY, its streams end with
+/// `UNAVAILABLE`) at a random moment within `config.drain_grace`, so clients reconnect to
+/// other replicas spread over time. Returns once the connections are closed.
 pub async fn serve(
     listener: TcpListener,
     snapshots: SnapshotReceiver,
@@ -49,17 +52,18 @@ pub async fn serve(
     config: AdsConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AdsError> {
+    let policy = config.connections.clone();
+    let drain_grace = config.drain_grace;
     let server = AdsServer::new(snapshots, registry, config);
-    let closer = server.clone();
-    tonic::transport::Server::builder()
-        // Detects clients that vanished without closing their connection.
-        .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
-        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)))
-        .add_service(server.service())
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
-            shutdown.await;
-            closer.close_streams();
-        })
-        .await?;
+    let (drain_tx, drain_rx) = tokio::sync::watch::channel(None);
+    let connections = connection::serve_connections(listener, server.service(), policy, drain_rx);
+    tokio::pin!(connections);
+    tokio::select! {
+        () = &mut connections => return Ok(()),
+        () = shutdown => {}
+    }
+    server.refuse_new_streams();
+    drain_tx.send_replace(Some(drain_grace));
+    connections.await;
     Ok(())
 }

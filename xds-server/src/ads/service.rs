@@ -20,6 +20,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, debug, info, warn};
 
+use super::connection::{ConnectionClosing, ConnectionPolicy};
 use super::delta::DeltaStream;
 use super::resource::{SnapshotReceiver, XdsSnapshot};
 use super::sotw::SotwStream;
@@ -27,7 +28,7 @@ use super::state::{Output, ProtocolEvent};
 use super::types::XdsType;
 use crate::metrics;
 use crate::node::{ParsedNode, parse_node};
-use crate::push::PushLimiter;
+use crate::push::{PushLimiter, StreamRate};
 use crate::registry::{ConnectionRegistry, StreamHandle, StreamMode, StreamStatus, TypeStatus};
 
 /// Settings of the ADS engine.
@@ -44,9 +45,15 @@ pub struct AdsConfig {
     pub outbound_buffer: usize,
     /// How long a new stream may take to send its first request.
     pub first_request_timeout: Duration,
-    /// When set, a stream is ended with `UNAVAILABLE` after this age (±10% jitter) so
-    /// clients reconnect through the Service and load spreads over new replicas.
-    pub max_stream_age: Option<Duration>,
+    /// How client connections are kept and ended (maximum age with jitter, GOAWAY).
+    pub connections: ConnectionPolicy,
+    /// On shutdown, connections are ended at random moments within this grace, so their
+    /// clients reconnect to other replicas spread over time rather than all at once.
+    pub drain_grace: Duration,
+    /// New streams accepted per second (burst: twice that); beyond it a new stream is
+    /// refused at once with `UNAVAILABLE`, so the client retries another replica instead
+    /// of piling onto this one. `None`: no limit.
+    pub new_streams_per_second: Option<f64>,
 }
 
 impl Default for AdsConfig {
@@ -57,7 +64,9 @@ impl Default for AdsConfig {
             endpoint_push_concurrency: 64,
             outbound_buffer: 8,
             first_request_timeout: Duration::from_secs(30),
-            max_stream_age: None,
+            connections: ConnectionPolicy::default(),
+            drain_grace: Duration::ZERO,
+            new_streams_per_second: None,
         }
     }
 }
@@ -83,7 +92,10 @@ struct Shared {
     registry: ConnectionRegistry,
     config: AdsConfig,
     limiter: PushLimiter,
+    /// Set when the replica drains: new streams are refused.
     shutdown: watch::Sender<bool>,
+    /// Admission of new streams (`new_streams_per_second`).
+    stream_rate: Option<std::sync::Mutex<StreamRate>>,
 }
 
 /// The ADS gRPC service. Cheap to clone; every clone serves the same streams.
@@ -121,6 +133,9 @@ impl AdsServer {
                     config.push_concurrency,
                     config.endpoint_push_concurrency,
                 ),
+                stream_rate: config
+                    .new_streams_per_second
+                    .map(|rate| std::sync::Mutex::new(StreamRate::new(rate, Instant::now()))),
                 config,
                 shutdown,
             }),
@@ -136,9 +151,9 @@ impl AdsServer {
         &self.shared.registry
     }
 
-    /// Ends every open stream with `UNAVAILABLE` so clients reconnect (to another
-    /// replica), and refuses new ones. Used on shutdown.
-    pub fn close_streams(&self) {
+    /// Refuses new streams from now on (the replica is draining; open streams end with
+    /// their connections).
+    pub fn refuse_new_streams(&self) {
         self.shared.shutdown.send_replace(true);
     }
 
@@ -149,7 +164,26 @@ impl AdsServer {
         node_of: impl FnOnce(&R) -> Result<ParsedNode, crate::node::NodeError>,
     ) -> Result<(R, Arc<Proxy>), Status> {
         if *self.shared.shutdown.borrow() {
-            return Err(Status::unavailable("this xDS replica is shutting down"));
+            metrics::STREAMS_REFUSED
+                .with_label_values(&["draining"])
+                .inc();
+            return Err(Status::unavailable(
+                "this xDS replica is shutting down; reconnect to another",
+            ));
+        }
+        if let Some(rate) = &self.shared.stream_rate {
+            let admitted = rate
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .try_admit(Instant::now());
+            if !admitted {
+                metrics::STREAMS_REFUSED
+                    .with_label_values(&["rate_limit"])
+                    .inc();
+                return Err(Status::unavailable(
+                    "this xDS replica is taking new streams at its limit; retry (another replica may take it)",
+                ));
+            }
         }
         let first =
             tokio::time::timeout(self.shared.config.first_request_timeout, inbound.message())
@@ -198,7 +232,7 @@ impl AggregatedDiscoveryService for AdsServer {
         &self,
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
-        let peer = request.remote_addr();
+        let origin = Origin::of(&request);
         let mut inbound = request.into_inner();
         let (first, proxy) = self
             .accept(&mut inbound, |r: &DiscoveryRequest| {
@@ -213,7 +247,7 @@ impl AggregatedDiscoveryService for AdsServer {
         tokio::spawn(run_stream(
             self.shared.clone(),
             proxy,
-            peer,
+            origin,
             first,
             inbound,
             tx,
@@ -226,7 +260,7 @@ impl AggregatedDiscoveryService for AdsServer {
         &self,
         request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
-        let peer = request.remote_addr();
+        let origin = Origin::of(&request);
         let mut inbound = request.into_inner();
         let (first, proxy) = self
             .accept(&mut inbound, |r: &DeltaDiscoveryRequest| {
@@ -241,7 +275,7 @@ impl AggregatedDiscoveryService for AdsServer {
         tokio::spawn(run_stream(
             self.shared.clone(),
             proxy,
-            peer,
+            origin,
             first,
             inbound,
             tx,
@@ -335,18 +369,33 @@ struct Outbox<R> {
     converging: Option<Instant>,
 }
 
+/// Where a stream came from: its peer and its connection's closing signal.
+struct Origin {
+    peer: Option<SocketAddr>,
+    closing: Option<ConnectionClosing>,
+}
+
+impl Origin {
+    fn of<T>(request: &Request<T>) -> Self {
+        Origin {
+            peer: request.remote_addr(),
+            closing: request.extensions().get::<ConnectionClosing>().cloned(),
+        }
+    }
+}
+
 /// One stream, from its first request to its end.
 async fn run_stream<M: Machine>(
     shared: Arc<Shared>,
     proxy: Arc<Proxy>,
-    peer: Option<SocketAddr>,
+    origin: Origin,
     first: M::Request,
     inbound: Streaming<M::Request>,
     tx: mpsc::Sender<Result<M::Response, Status>>,
     make: impl FnOnce(Arc<Proxy>, Arc<dyn XdsSnapshot>) -> M + Send + 'static,
 ) {
+    let Origin { peer, mut closing } = origin;
     let mut snapshots = shared.snapshots.clone();
-    let mut shutdown = shared.shutdown.subscribe();
     // Streams that arrive before the first snapshot wait for it.
     let stamped = loop {
         if let Some(stamped) = snapshots.borrow_and_update().clone() {
@@ -355,8 +404,8 @@ async fn run_stream<M: Machine>(
         tokio::select! {
             changed = snapshots.changed() => if changed.is_err() { return },
             _ = tx.closed() => return,
-            _ = closing(&mut shutdown) => {
-                let _ = tx.try_send(Err(Status::unavailable("this xDS replica is shutting down")));
+            _ = ConnectionClosing::wait(closing.as_mut()) => {
+                let _ = tx.try_send(Err(connection_ending()));
                 return;
             }
         }
@@ -380,7 +429,7 @@ async fn run_stream<M: Machine>(
     let stream = StreamIo {
         shared: &shared,
         snapshots,
-        shutdown,
+        closing,
         inbound,
         tx,
         handle,
@@ -392,7 +441,8 @@ async fn run_stream<M: Machine>(
 struct StreamIo<'a, M: Machine> {
     shared: &'a Shared,
     snapshots: watch::Receiver<Option<Stamped>>,
-    shutdown: watch::Receiver<bool>,
+    /// The connection's closing signal (max age or drain), when served by our listener.
+    closing: Option<ConnectionClosing>,
     inbound: Streaming<M::Request>,
     tx: mpsc::Sender<Result<M::Response, Status>>,
     handle: StreamHandle,
@@ -403,7 +453,7 @@ impl<M: Machine> StreamIo<'_, M> {
         let StreamIo {
             shared,
             mut snapshots,
-            mut shutdown,
+            mut closing,
             mut inbound,
             tx,
             handle,
@@ -417,18 +467,12 @@ impl<M: Machine> StreamIo<'_, M> {
         absorb::<M>(out, &mut outbox, None);
         publish_status(&handle, &machine);
         let mut publisher_alive = true;
-        let age_limit = expire(shared.config.max_stream_age);
-        tokio::pin!(age_limit);
         loop {
             tokio::select! {
                 biased;
-                _ = closing(&mut shutdown) => {
-                    let _ = tx.try_send(Err(Status::unavailable("this xDS replica is shutting down")));
-                    break;
-                }
-                _ = &mut age_limit => {
-                    debug!("ADS stream reached its maximum age");
-                    let _ = tx.try_send(Err(Status::unavailable("stream reached its maximum age; reconnect")));
+                _ = ConnectionClosing::wait(closing.as_mut()) => {
+                    debug!("the ADS connection is ending (maximum age or drain)");
+                    let _ = tx.try_send(Err(connection_ending()));
                     break;
                 }
                 permit = tx.reserve(), if !outbox.pending.is_empty() => {
@@ -472,19 +516,12 @@ impl<M: Machine> StreamIo<'_, M> {
     }
 }
 
-/// Completes after `max_age` ±10% (never when `None`). The jitter keeps streams opened
-/// together (after a replica restart) from all reconnecting at the same moment.
-async fn expire(max_age: Option<Duration>) {
-    match max_age {
-        Some(age) => tokio::time::sleep(age.mul_f64(rand::random_range(0.9..=1.1))).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Completes when the server starts closing streams.
-async fn closing(shutdown: &mut watch::Receiver<bool>) {
-    // An error means the server itself is gone: close too.
-    let _ = shutdown.wait_for(|closing| *closing).await;
+/// How a stream ends when its connection is being closed by this replica: the client has
+/// already received GOAWAY and reconnects over a new connection.
+fn connection_ending() -> Status {
+    Status::unavailable(
+        "this connection is being closed by the xDS server (maximum age or shutdown); reconnect",
+    )
 }
 
 /// Computes the responses for the newest snapshot under a push permit.

@@ -252,10 +252,13 @@ impl ScopeIndex {
             .map(|(i, _)| i)
             .collect();
         let locality = if self.locality_sensitive {
-            proxy
-                .ips
-                .iter()
-                .find_map(|ip| self.locality_by_ip.get(&ip.to_string()).cloned())
+            // The node's own locality first (as Istio), else its endpoint's.
+            proxy.locality.clone().or_else(|| {
+                proxy
+                    .ips
+                    .iter()
+                    .find_map(|ip| self.locality_by_ip.get(&ip.to_string()).cloned())
+            })
         } else {
             None
         };
@@ -402,6 +405,41 @@ spec:
             "sourceLabels do not concern clusters"
         );
         assert_ne!(front.for_part(Part::Routes), a.for_part(Part::Routes));
+    }
+
+    #[test]
+    fn the_node_locality_wins_over_the_endpoint_locality() {
+        let mesh = format!(
+            "{MESH}---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {{name: web-outlier, namespace: shop}}
+spec:
+  host: web
+  trafficPolicy: {{outlierDetection: {{consecutive5xxErrors: 5}}}}
+"
+        );
+        let parsed = parse_text(std::path::Path::new("t.yaml"), &mesh);
+        assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+        let inputs = to_inputs(
+            &parsed.objects,
+            BuildInputs {
+                cluster_domain: "cluster.local".into(),
+                ..Default::default()
+            },
+        );
+        let index = ScopeIndex::new(&build(&inputs, None).context);
+        let mut p = proxy(&[]);
+        assert_eq!(
+            index.scope(&p).locality,
+            None,
+            "no node locality, no endpoint: unknown"
+        );
+        p.locality = Some(Locality::parse("eu/eu-1a/rack2"));
+        assert_eq!(
+            index.scope(&p).locality,
+            Some(Locality::parse("eu/eu-1a/rack2"))
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! State-of-the-world ADS over a real socket: one test per protocol rule.
 
 use pilotfish_xds::ads::{
-    AdsConfig, CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, MapSnapshot, ROUTE_TYPE,
+    AdsConfig, CLUSTER_TYPE, ConnectionPolicy, ENDPOINT_TYPE, LISTENER_TYPE, MapSnapshot,
+    ROUTE_TYPE,
 };
 use tonic::Code;
 
@@ -474,14 +475,21 @@ async fn endpoints_only_snapshots_recompute_endpoints_alone() {
 }
 
 #[tokio::test]
-async fn streams_end_with_unavailable_at_their_maximum_age() {
+async fn connections_end_with_goaway_at_their_maximum_age() {
     let config = AdsConfig {
-        max_stream_age: Some(std::time::Duration::from_millis(300)),
+        connections: ConnectionPolicy {
+            max_age: Some(std::time::Duration::from_millis(300)),
+            ..ConnectionPolicy::default()
+        },
         ..AdsConfig::default()
     };
+    let ended_before = pilotfish_xds::metrics::ADS_CONNECTIONS_ENDED
+        .with_label_values(&["max_age"])
+        .get();
     let server = TestServer::start_with(config, Some(mesh(1))).await;
     let mut s = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");
     s.recv().await;
+    let first_peer = server.registry.streams()[0].peer.clone();
     let end = tokio::time::timeout(PATIENCE, s.inbound.message())
         .await
         .expect("stream ended in time");
@@ -489,7 +497,91 @@ async fn streams_end_with_unavailable_at_their_maximum_age() {
         Err(status) => assert_eq!(status.code(), Code::Unavailable),
         Ok(other) => panic!("expected UNAVAILABLE, got {other:?}"),
     }
-    // The client reconnects and is served as before.
+    assert!(
+        pilotfish_xds::metrics::ADS_CONNECTIONS_ENDED
+            .with_label_values(&["max_age"])
+            .get()
+            > ended_before,
+        "the connection itself was ended (GOAWAY), not only the stream"
+    );
+    // The client reconnects over a new connection and is served as before.
     let mut again = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");
     assert_eq!(payloads(&again.recv().await), ["c1", "c2"]);
+    let peers: Vec<_> = server
+        .registry
+        .streams()
+        .into_iter()
+        .map(|s| s.peer)
+        .collect();
+    assert!(
+        !peers.contains(&first_peer),
+        "a new TCP connection: {peers:?} vs {first_peer:?}"
+    );
+}
+
+#[tokio::test]
+async fn new_streams_beyond_the_rate_are_refused_fast() {
+    let config = AdsConfig {
+        new_streams_per_second: Some(1.0),
+        ..AdsConfig::default()
+    };
+    let server = TestServer::start_with(config, Some(mesh(1))).await;
+    // A burst of twice the rate is admitted ...
+    let mut a = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");
+    let mut b = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");
+    a.recv().await;
+    b.recv().await;
+    // ... the next one is refused at once with UNAVAILABLE.
+    let started = std::time::Instant::now();
+    let refused = tokio::time::timeout(PATIENCE, server.sotw(first(CLUSTER_TYPE, &[])))
+        .await
+        .expect("answered in time");
+    match refused {
+        Err(status) => assert_eq!(status.code(), Code::Unavailable, "{status}"),
+        Ok(_) => panic!("the stream beyond the rate was admitted"),
+    }
+    assert!(started.elapsed() < PATIENCE);
+    // Admitted streams are unaffected, and after a second a new one is admitted again.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let mut d = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");
+    assert_eq!(payloads(&d.recv().await), ["c1", "c2"]);
+}
+
+#[tokio::test]
+async fn draining_spreads_connection_ends_over_the_grace() {
+    let config = AdsConfig {
+        drain_grace: std::time::Duration::from_millis(800),
+        ..AdsConfig::default()
+    };
+    let server = TestServer::start_with(config, Some(mesh(1))).await;
+    let mut streams = Vec::new();
+    for _ in 0..6 {
+        let mut s = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");
+        s.recv().await;
+        streams.push(s);
+    }
+    let addr = server.addr;
+    let started = std::time::Instant::now();
+    let stop = tokio::spawn(async move { server.stop().await });
+    let mut ended_at = Vec::new();
+    for s in &mut streams {
+        let end = tokio::time::timeout(PATIENCE, s.inbound.message())
+            .await
+            .expect("ended in time");
+        assert!(
+            matches!(end, Err(ref status) if status.code() == Code::Unavailable),
+            "{end:?}"
+        );
+        ended_at.push(started.elapsed());
+    }
+    stop.await.unwrap();
+    // The listener is closed: no new connection is accepted.
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+    // Every connection ended within the grace (plus a margin for a busy machine).
+    assert!(
+        ended_at
+            .iter()
+            .all(|t| *t < std::time::Duration::from_secs(5)),
+        "{ended_at:?}"
+    );
 }

@@ -1,0 +1,255 @@
+//! The ADS listener's HTTP/2 connections, served by hyper over the tonic service, with
+//! two ways a connection ends on the server's initiative:
+//!
+//! - **maximum age** (`--max-connection-age`, default 30 min, ±10% jitter per connection so
+//!   connections opened together do not all end together), so load spreads to replicas
+//!   added by a scale-up;
+//! - **drain** on shutdown: the listener closes and every connection ends at a random
+//!   moment within the drain grace, spreading the reconnects over the other replicas.
+//!
+//! Either way the connection first sends GOAWAY (so the client opens its next stream on a
+//! *new* connection, which the Service may route to another replica), then its ADS
+//! streams end with `UNAVAILABLE`, and after a short close grace the socket is closed.
+//! Ending only the stream would let the client retry over the same connection.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryServiceServer;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tonic::transport::server::TcpConnectInfo;
+use tracing::{debug, info, warn};
+
+use super::AdsServer;
+use crate::metrics;
+
+type AdsService = AggregatedDiscoveryServiceServer<AdsServer>;
+type HyperAds = TowerToHyperService<AdsService>;
+
+/// How connections are kept and ended.
+#[derive(Clone, Debug)]
+pub struct ConnectionPolicy {
+    /// A connection is ended after this age (jittered); `None` keeps connections forever.
+    pub max_age: Option<Duration>,
+    /// Relative jitter of the age: 0.1 picks each connection's age in [0.9, 1.1] × max_age.
+    pub age_jitter: f64,
+    /// Between GOAWAY and closing the socket, so responses in flight are written.
+    pub close_grace: Duration,
+    /// HTTP/2 PINGs detect clients that vanished without closing their connection.
+    pub keepalive_interval: Duration,
+    pub keepalive_timeout: Duration,
+}
+
+impl Default for ConnectionPolicy {
+    fn default() -> Self {
+        ConnectionPolicy {
+            max_age: Some(Duration::from_secs(30 * 60)),
+            age_jitter: 0.1,
+            close_grace: Duration::from_secs(1),
+            keepalive_interval: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ConnectionPolicy {
+    /// One connection's age: `max_age` scaled by a random factor in [1-j, 1+j].
+    fn jittered_age(&self) -> Option<Duration> {
+        let j = self.age_jitter.clamp(0.0, 0.9);
+        self.max_age
+            .map(|age| age.mul_f64(rand::random_range(1.0 - j..=1.0 + j)))
+    }
+}
+
+/// Attached to every request of a managed connection: fires when the connection is
+/// ending, so its ADS streams end with `UNAVAILABLE` right after the GOAWAY.
+#[derive(Clone, Debug)]
+pub struct ConnectionClosing(watch::Receiver<bool>);
+
+impl ConnectionClosing {
+    /// Completes when the connection starts closing; never for requests that did not come
+    /// through [`serve_connections`].
+    pub async fn wait(closing: Option<&mut ConnectionClosing>) {
+        match closing {
+            Some(c) => {
+                // A dropped sender means the connection task is gone: close too.
+                let _ = c.0.wait_for(|closing| *closing).await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// The ADS service with the connection's closing signal and peer address added to each
+/// request (what tonic's own server would add as `TcpConnectInfo`).
+#[derive(Clone)]
+struct WithConnection {
+    inner: HyperAds,
+    closing: watch::Receiver<bool>,
+    info: TcpConnectInfo,
+}
+
+impl hyper::service::Service<hyper::Request<Incoming>> for WithConnection {
+    type Response = <HyperAds as hyper::service::Service<hyper::Request<Incoming>>>::Response;
+    type Error = <HyperAds as hyper::service::Service<hyper::Request<Incoming>>>::Error;
+    type Future = <HyperAds as hyper::service::Service<hyper::Request<Incoming>>>::Future;
+
+    fn call(&self, mut req: hyper::Request<Incoming>) -> Self::Future {
+        req.extensions_mut()
+            .insert(ConnectionClosing(self.closing.clone()));
+        req.extensions_mut().insert(self.info.clone());
+        self.inner.call(req)
+    }
+}
+
+/// Serves `service` on `listener` until `drain` carries a grace period; then stops
+/// accepting, ends every connection at a random moment within the grace, and returns
+/// once all are closed (or the grace and close grace are over).
+pub(crate) async fn serve_connections(
+    listener: TcpListener,
+    service: AdsService,
+    policy: ConnectionPolicy,
+    mut drain: watch::Receiver<Option<Duration>>,
+) {
+    let mut connections = JoinSet::new();
+    let grace = loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, peer)) => {
+                    connections.spawn(serve_one(tcp, peer, service.clone(), policy.clone(), drain.clone()));
+                }
+                // Out of file descriptors and the like: back off, keep serving.
+                Err(e) => {
+                    warn!(error = %e, "cannot accept an ADS connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            changed = drain.changed() => {
+                let grace = if changed.is_err() { Some(Duration::ZERO) } else { *drain.borrow() };
+                if let Some(grace) = grace {
+                    break grace;
+                }
+            }
+            // Reap finished connections so the set does not grow without bound.
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    };
+    drop(listener);
+    info!(
+        connections = connections.len(),
+        grace_ms = grace.as_millis() as u64,
+        "draining ADS connections"
+    );
+    let deadline = grace + policy.close_grace + Duration::from_secs(1);
+    let _ = tokio::time::timeout(deadline, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    connections.abort_all();
+}
+
+async fn serve_one(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    service: AdsService,
+    policy: ConnectionPolicy,
+    mut drain: watch::Receiver<Option<Duration>>,
+) {
+    let (closing_tx, closing_rx) = watch::channel(false);
+    let info = TcpConnectInfo {
+        local_addr: tcp.local_addr().ok(),
+        remote_addr: Some(peer),
+    };
+    let _ = tcp.set_nodelay(true);
+    let svc = WithConnection {
+        inner: TowerToHyperService::new(service),
+        closing: closing_rx,
+        info,
+    };
+    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .keep_alive_interval(policy.keepalive_interval)
+        .keep_alive_timeout(policy.keepalive_timeout);
+    let conn = builder.serve_connection(TokioIo::new(tcp), svc);
+    tokio::pin!(conn);
+    metrics::ADS_CONNECTIONS.inc();
+    let end_at = policy.jittered_age().map(|age| Instant::now() + age);
+    let reason = loop {
+        tokio::select! {
+            result = &mut conn => {
+                if let Err(e) = result {
+                    debug!(%peer, error = %e, "ADS connection ended with an error");
+                }
+                metrics::ADS_CONNECTIONS.dec();
+                return;
+            }
+            _ = sleep_until_opt(end_at) => break "max_age",
+            changed = drain.changed() => {
+                let grace = if changed.is_err() { Some(Duration::ZERO) } else { *drain.borrow() };
+                let Some(grace) = grace else { continue };
+                // Keep serving until this connection's own moment within the grace.
+                let at = Instant::now() + grace.mul_f64(rand::random_range(0.0..1.0));
+                tokio::select! {
+                    result = &mut conn => {
+                        let _ = result;
+                        metrics::ADS_CONNECTIONS.dec();
+                        return;
+                    }
+                    _ = tokio::time::sleep_until(at) => {}
+                }
+                break "drain";
+            }
+        }
+    };
+    debug!(%peer, reason, "ending ADS connection: GOAWAY, then its streams end");
+    metrics::ADS_CONNECTIONS_ENDED
+        .with_label_values(&[reason])
+        .inc();
+    // GOAWAY first, so the client's next stream goes to a new connection ...
+    conn.as_mut().graceful_shutdown();
+    // ... then the streams on this connection end with UNAVAILABLE ...
+    let _ = closing_tx.send(true);
+    // ... and the socket closes once they are written, or after the close grace.
+    let _ = tokio::time::timeout(policy.close_grace, &mut conn).await;
+    metrics::ADS_CONNECTIONS.dec();
+}
+
+/// Sleeps until `at`, or forever when `None`.
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_are_jittered_within_bounds() {
+        let policy = ConnectionPolicy {
+            max_age: Some(Duration::from_secs(100)),
+            ..ConnectionPolicy::default()
+        };
+        let ages: Vec<Duration> = (0..200).map(|_| policy.jittered_age().unwrap()).collect();
+        assert!(
+            ages.iter()
+                .all(|a| *a >= Duration::from_secs(90) && *a <= Duration::from_secs(110))
+        );
+        let distinct: std::collections::BTreeSet<_> = ages.iter().collect();
+        assert!(distinct.len() > 100, "ages must differ between connections");
+        let none = ConnectionPolicy {
+            max_age: None,
+            ..ConnectionPolicy::default()
+        };
+        assert_eq!(none.jittered_age(), None);
+    }
+}
