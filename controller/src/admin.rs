@@ -52,6 +52,22 @@ impl AdminState {
         self.write().leader = leader;
     }
 
+    /// Readiness and its detail, as `/readyz` answers.
+    pub fn readiness(&self) -> (bool, String) {
+        let s = self.read();
+        (s.ready, s.ready_detail.clone())
+    }
+
+    /// What `/debug/leader` shows.
+    pub fn leader(&self) -> Value {
+        self.read().leader.clone()
+    }
+
+    /// What `/debug/snapshot` shows.
+    pub fn snapshot(&self) -> Value {
+        self.read().snapshot.clone()
+    }
+
     /// Records the last snapshot built and what publishing it did.
     pub fn set_snapshot(&self, built: &Built, outcome: Option<&PublishOutcome>) {
         let data = built.context.data();

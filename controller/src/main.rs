@@ -2,13 +2,9 @@
 //! Redis for the xDS replicas. Sources: a folder of YAML (`--config-dir`) or, by default,
 //! the Kubernetes API. `validate` checks configs offline.
 //!
-//! `main` supervises every long-lived task (source loop, admin server, Redis watchdog):
-//! if any of them ends, the process exits non-zero, so a dead task never hides behind a
-//! healthy-looking pod.
-
-mod admin;
-mod metrics;
-mod validate_cmd;
+//! `main` supervises every long-lived task (watchers, Lease election, status writer,
+//! source loop, admin server, Redis watchdog): if any of them ends, the process exits
+//! non-zero, so a dead task never hides behind a healthy-looking pod.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,6 +14,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
+use pilotfish_controller::k8s::lease::{LeaseConfig, LeaseTimings};
+use pilotfish_controller::{admin, k8s, metrics, validate_cmd};
 use pilotfish_shared::api;
 use pilotfish_shared::bus::redis::{RedisConfig, RedisPublisher};
 use pilotfish_shared::bus::{BusError, PublishOutcome};
@@ -103,6 +101,25 @@ struct RunArgs {
     /// Name of this replica in logs and the Lease (default: the host name).
     #[arg(long, env = "PILOTFISH_REPLICA_NAME")]
     replica_name: Option<String>,
+    /// Name of the coordination.k8s.io/v1 Lease used for leader election.
+    #[arg(
+        long,
+        env = "PILOTFISH_LEASE_NAME",
+        default_value = "pilotfish-controller"
+    )]
+    lease_name: String,
+    /// Namespace of the Lease (default: $POD_NAMESPACE, else istio-system).
+    #[arg(long, env = "PILOTFISH_LEASE_NAMESPACE")]
+    lease_namespace: Option<String>,
+    /// How long a standby waits after the Lease last changed before taking it.
+    #[arg(long, env = "PILOTFISH_LEASE_DURATION", default_value = "15s")]
+    lease_duration: api::Duration,
+    /// How long the leader keeps leading without a successful renewal.
+    #[arg(long, env = "PILOTFISH_RENEW_DEADLINE", default_value = "10s")]
+    renew_deadline: api::Duration,
+    /// Interval between Lease renewals and between attempts.
+    #[arg(long, env = "PILOTFISH_RETRY_PERIOD", default_value = "2s")]
+    retry_period: api::Duration,
 }
 
 /// Shows the `--config-dir` loop's progress on the admin pages.
@@ -157,6 +174,14 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         None => redis,
     };
     let publisher = RedisPublisher::new(redis.clone())?;
+    let timings = LeaseTimings {
+        lease_duration: args.lease_duration.as_std(),
+        renew_deadline: args.renew_deadline.as_std(),
+        retry_period: args.retry_period.as_std(),
+    };
+    if args.config_dir.is_none() {
+        timings.validate()?;
+    }
     let admin_state = admin::AdminState::default();
     let admin_listener = admin::bind(args.admin_addr)
         .await
@@ -179,7 +204,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         cluster_domain: cli.cluster_domain.clone(),
         ..Default::default()
     };
-    let pipeline = Pipeline::new(Arc::new(publisher));
+    let pipeline = Pipeline::new(Arc::new(publisher.clone()));
     match args.config_dir {
         Some(dir) => {
             let folder = FolderLoop {
@@ -196,12 +221,50 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 folder.run(pipeline, &observer).await
             });
         }
-        None => bail!("the Kubernetes source is not built yet: run with --config-dir DIR"),
+        None => {
+            let client = kube::Client::try_default().await.context(
+                "cannot configure the Kubernetes client (in-cluster, or KUBECONFIG / ~/.kube/config)",
+            )?;
+            let lease_namespace = args
+                .lease_namespace
+                .clone()
+                .or_else(|| {
+                    std::env::var("POD_NAMESPACE")
+                        .ok()
+                        .filter(|n| !n.is_empty())
+                })
+                .unwrap_or_else(|| "istio-system".to_string());
+            let mode = k8s::KubeMode {
+                client,
+                base,
+                debounce_after: args.debounce_after.as_std(),
+                debounce_max: args.debounce_max.as_std(),
+                lease: LeaseConfig {
+                    name: args.lease_name.clone(),
+                    namespace: lease_namespace,
+                    identity: replica.clone(),
+                    timings,
+                },
+            };
+            tracing::info!(lease = %format!("{}/{}", mode.lease.namespace, mode.lease.name), identity = %replica, ?timings, "Kubernetes source: watching the API, electing a leader");
+            let seed = k8s::mode::seed_from_redis(publisher.clone(), Duration::from_secs(10));
+            for (name, task) in mode.tasks(
+                pipeline,
+                Arc::new(publisher),
+                Some(seed),
+                admin_state.clone(),
+                shutdown_rx.clone(),
+            ) {
+                tasks.spawn(name, task);
+            }
+        }
     }
 
     let code = tasks.wait().await;
+    // Every task ends on this signal; the Lease task first releases the Lease (bounded by
+    // the grace period, so an unreachable API server cannot hold up exit).
     let _ = shutdown_tx.send(true);
-    tasks.shutdown(Duration::from_secs(2)).await;
+    tasks.shutdown(Duration::from_secs(5)).await;
     Ok(code)
 }
 

@@ -1,12 +1,16 @@
-//! Prometheus metrics of the controller itself (the pipeline's and the bus's live in
-//! `pilotfish_shared`), in the default registry.
+//! Prometheus metrics of the controller itself (the pipeline's — debounce merges, build
+//! time, invalid configs by kind — and the bus's — publish time — live in
+//! `pilotfish_shared`), in the default registry. Istio's name where Istio has one
+//! (`pilot_k8s_cfg_events`), `pilotfish_` names for the rest.
 
 use std::sync::LazyLock;
 
-use prometheus::{IntGauge, register_int_gauge};
+use prometheus::{IntCounterVec, IntGauge, Opts, register_int_counter_vec, register_int_gauge};
 
-/// 1 while this replica holds the Lease (always 1 in `--config-dir` mode). Registration
-/// fails only on a duplicate name, a programming error the test below catches.
+// Registration fails only on a duplicate name or a malformed definition: programming
+// errors that the unit test below catches, so a panic at first use is the right response.
+
+/// 1 while this replica holds the Lease (always 1 in `--config-dir` mode).
 pub static LEADER: LazyLock<IntGauge> = LazyLock::new(|| {
     register_int_gauge!(
         "pilotfish_leader",
@@ -15,13 +19,129 @@ pub static LEADER: LazyLock<IntGauge> = LazyLock::new(|| {
     .expect("register pilotfish_leader")
 });
 
+/// Changes of watched Kubernetes objects that reached the stores, as Istio counts them:
+/// `type` is the kind, `event` one of `add`, `update`, `delete`.
+pub static K8S_CFG_EVENTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        Opts::new(
+            "pilot_k8s_cfg_events",
+            "Events from the Kubernetes API that changed the controller's view, by kind and event."
+        ),
+        &["type", "event"]
+    )
+    .expect("register pilot_k8s_cfg_events")
+});
+
+/// Updates dropped before the debounce because nothing the mesh reads changed, by kind
+/// and reason (`unchanged`: a no-op or metadata-only update; `status`: only the status
+/// changed, e.g. our own status write coming back).
+pub static K8S_IGNORED_UPDATES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        Opts::new(
+            "pilotfish_k8s_ignored_updates_total",
+            "Kubernetes updates dropped before the debounce because the mesh does not see them, by kind and reason."
+        ),
+        &["type", "reason"]
+    )
+    .expect("register pilotfish_k8s_ignored_updates_total")
+});
+
+/// Watch failures (they are retried with backoff), by kind.
+pub static K8S_WATCH_ERRORS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        Opts::new(
+            "pilotfish_k8s_watch_errors_total",
+            "Failed list or watch requests against the Kubernetes API (retried with backoff), by kind."
+        ),
+        &["type"]
+    )
+    .expect("register pilotfish_k8s_watch_errors_total")
+});
+
+/// Objects that could not be read into their type, by kind (skipped; the watch goes on).
+pub static K8S_DECODE_ERRORS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        Opts::new(
+            "pilotfish_k8s_decode_errors_total",
+            "Objects from the Kubernetes API that could not be decoded and were skipped, by kind."
+        ),
+        &["type"]
+    )
+    .expect("register pilotfish_k8s_decode_errors_total")
+});
+
+/// Lease transitions of this replica (`acquired`, `lost`).
+pub static LEADER_TRANSITIONS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        Opts::new(
+            "pilotfish_leader_transitions_total",
+            "Leadership changes of this controller replica (acquired, lost)."
+        ),
+        &["transition"]
+    )
+    .expect("register pilotfish_leader_transitions_total")
+});
+
+/// Status subresource writes, by kind and result (`written`, `conflict`, `error`).
+pub static STATUS_WRITES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        Opts::new(
+            "pilotfish_status_writes_total",
+            "Writes of the Reconciled condition through the status subresource, by kind and result."
+        ),
+        &["kind", "result"]
+    )
+    .expect("register pilotfish_status_writes_total")
+});
+
+/// Kubernetes Events emitted, by reason.
+pub static EVENTS_EMITTED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        Opts::new(
+            "pilotfish_k8s_events_total",
+            "Kubernetes Events emitted about configuration objects, by reason and result."
+        ),
+        &["reason", "result"]
+    )
+    .expect("register pilotfish_k8s_events_total")
+});
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn leader_gauge_renders() {
+    fn every_metric_registers_and_renders() {
         LEADER.set(1);
-        assert!(pilotfish_shared::telemetry::render_metrics().contains("pilotfish_leader 1"));
+        K8S_CFG_EVENTS
+            .with_label_values(&["VirtualService", "add"])
+            .inc();
+        K8S_IGNORED_UPDATES
+            .with_label_values(&["VirtualService", "status"])
+            .inc();
+        K8S_WATCH_ERRORS.with_label_values(&["Lease"]).inc();
+        K8S_DECODE_ERRORS
+            .with_label_values(&["VirtualService"])
+            .inc();
+        LEADER_TRANSITIONS.with_label_values(&["acquired"]).inc();
+        STATUS_WRITES
+            .with_label_values(&["VirtualService", "written"])
+            .inc();
+        EVENTS_EMITTED
+            .with_label_values(&["InvalidConfig", "emitted"])
+            .inc();
+        let text = pilotfish_shared::telemetry::render_metrics();
+        assert!(text.contains("pilotfish_leader 1"), "{text}");
+        for name in [
+            "pilot_k8s_cfg_events",
+            "pilotfish_k8s_ignored_updates_total",
+            "pilotfish_k8s_watch_errors_total",
+            "pilotfish_k8s_decode_errors_total",
+            "pilotfish_leader_transitions_total",
+            "pilotfish_status_writes_total",
+            "pilotfish_k8s_events_total",
+        ] {
+            assert!(text.contains(name), "{name} missing");
+        }
     }
 }

@@ -1,3 +1,6 @@
 //! The integration tests of `pilotfish-controller` (one test binary; each module is one area).
 
+mod k8s_lease;
+mod k8s_mode;
+mod k8s_support;
 mod validate_command;

@@ -55,6 +55,15 @@ impl Pipeline {
         self.previous.as_ref()
     }
 
+    /// Gives a pipeline that has built nothing yet a previous snapshot: what is already
+    /// published. A restarted controller seeds it so that objects invalid at restart keep
+    /// their last accepted version instead of dropping out. Ignored once a build happened.
+    pub fn seed_previous(&mut self, previous: Arc<PushContext>) {
+        if self.previous.is_none() {
+            self.previous = Some(previous);
+        }
+    }
+
     /// Builds a snapshot from `inputs`. `endpoints_only` takes the cheap path when there is
     /// a previous snapshot to start from.
     pub async fn build(&mut self, inputs: BuildInputs, endpoints_only: bool) -> Built {

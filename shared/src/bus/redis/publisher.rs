@@ -113,6 +113,27 @@ impl RedisPublisher {
         self.inner.read_latest().await.map(|(latest, _)| latest)
     }
 
+    /// The snapshot `latest` points at and its blob, if both are there and the blob is
+    /// within `max_blob_bytes`. A controller that (re)starts reads it to keep serving the
+    /// last accepted version of objects that are invalid when it starts.
+    pub async fn fetch_latest(&self) -> Result<Option<(SnapshotRef, bytes::Bytes)>, BusError> {
+        use ::redis::AsyncCommands;
+        let (latest, _) = self.inner.read_latest().await?;
+        let Some(latest) = latest else {
+            return Ok(None);
+        };
+        let key = self.inner.keys.snapshot(latest.version);
+        let mut conn = self.inner.conn();
+        let size: u64 = redis_op("fetch_blob", conn.strlen(&key)).await?;
+        if size == 0 || size > self.inner.config.max_blob_bytes {
+            return Ok(None);
+        }
+        let blob: Option<Vec<u8>> = redis_op("fetch_blob", conn.get(&key)).await?;
+        Ok(blob
+            .filter(|b| !b.is_empty())
+            .map(|b| (latest, bytes::Bytes::from(b))))
+    }
+
     /// One watchdog round: if Redis no longer holds what we last published, re-seed the
     /// counters and publish the current snapshot again. `Ok(None)`: nothing to do.
     pub async fn check_store(&self) -> Result<Option<PublishOutcome>, BusError> {

@@ -1,0 +1,184 @@
+//! The Kubernetes source of the controller (the default mode): watch the API, build,
+//! publish while leading, and report on the Istio objects.
+//!
+//! Public surface: [`KubeMode`] (settings) and [`KubeMode::tasks`], the long-lived
+//! tasks `main` supervises — one watcher per kind ([`watch`]), the Lease election
+//! ([`lease`]), the status writer ([`status`], with Events from [`events`]) and the
+//! loop that owns the stores ([`mode`]). Any of them ending ends the process.
+//!
+//! ```text
+//! watchers (7 kinds) ──Update──▶ mode loop: stores ─▶ debounce ─▶ build ─▶ publish (leader)
+//!                                   ▲                                 └──▶ StatusJob ─▶ status writer ─▶ /status, Events
+//! Lease election ──Leadership──────┘ (and to the status writer: the claim check)
+//! ```
+
+pub mod decode;
+pub mod events;
+pub mod lease;
+pub mod mode;
+pub mod status;
+pub mod store;
+pub mod watch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Client;
+use kube::api::Api;
+use pilotfish_shared::api::{DestinationRule, ServiceEntry, VirtualService};
+use pilotfish_shared::push_context::BuildInputs;
+use tokio::sync::{mpsc, watch as channel};
+
+use crate::admin::AdminState;
+use lease::{Leadership, LeaseConfig};
+use mode::{ModeLoop, Resign, Seed};
+use pilotfish_shared::pipeline::Pipeline;
+use status::StatusWriter;
+use store::Watched;
+
+/// A named long-lived task for `main` to supervise.
+pub type Task = (&'static str, BoxFuture<'static, anyhow::Result<()>>);
+
+/// Settings of the Kubernetes mode.
+#[derive(Clone)]
+pub struct KubeMode {
+    pub client: Client,
+    /// Mesh config and cluster domain; the watched objects are added to it.
+    pub base: BuildInputs,
+    pub debounce_after: Duration,
+    pub debounce_max: Duration,
+    pub lease: LeaseConfig,
+}
+
+impl std::fmt::Debug for KubeMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeMode")
+            .field("lease", &self.lease)
+            .field("debounce_after", &self.debounce_after)
+            .field("debounce_max", &self.debounce_max)
+            .finish_non_exhaustive()
+    }
+}
+
+fn watch_task<K: Watched>(client: Client, tx: mpsc::Sender<store::Update>) -> Task
+where
+    decode::Decoded<K>: kube::Resource<DynamicType = ()>,
+{
+    let name: &'static str = match K::KIND {
+        "VirtualService" => "VirtualService watch",
+        "DestinationRule" => "DestinationRule watch",
+        "ServiceEntry" => "ServiceEntry watch",
+        "Service" => "Service watch",
+        "EndpointSlice" => "EndpointSlice watch",
+        "Pod" => "Pod watch",
+        _ => "Namespace watch",
+    };
+    (
+        name,
+        async move { watch::run::<K>(client, tx).await.map_err(Into::into) }.boxed(),
+    )
+}
+
+/// Runs `task` until `shutdown` turns true (then ends it with success).
+fn until_shutdown(
+    mut shutdown: channel::Receiver<bool>,
+    task: BoxFuture<'static, anyhow::Result<()>>,
+) -> BoxFuture<'static, anyhow::Result<()>> {
+    async move {
+        tokio::select! {
+            r = task => r,
+            _ = shutdown.wait_for(|s| *s) => Ok(()),
+        }
+    }
+    .boxed()
+}
+
+impl KubeMode {
+    /// Builds every task of the mode. `seed` reads what is already published (see
+    /// [`mode::seed_from_redis`]). `shutdown` turning true ends every task; the Lease task
+    /// first releases the Lease (if held).
+    pub fn tasks(
+        self,
+        pipeline: Pipeline,
+        resign: Arc<dyn Resign>,
+        seed: Option<Seed>,
+        admin: AdminState,
+        shutdown: channel::Receiver<bool>,
+    ) -> Vec<Task> {
+        // Bounded: a flood of events applies back-pressure to the watchers instead of
+        // growing memory while a build runs.
+        let (updates_tx, updates_rx) = mpsc::channel(1024);
+        let (leadership_tx, leadership_rx) = channel::channel(Leadership {
+            identity: self.lease.identity.clone(),
+            leader: false,
+            valid_until: None,
+            term: 0,
+            holder: None,
+            transitions: 0,
+        });
+        let (jobs_tx, jobs_rx) = channel::channel(None);
+        let client = self.client.clone();
+        let tasks = vec![
+            watch_task::<VirtualService>(client.clone(), updates_tx.clone()),
+            watch_task::<DestinationRule>(client.clone(), updates_tx.clone()),
+            watch_task::<ServiceEntry>(client.clone(), updates_tx.clone()),
+            watch_task::<Service>(client.clone(), updates_tx.clone()),
+            watch_task::<EndpointSlice>(client.clone(), updates_tx.clone()),
+            watch_task::<Pod>(client.clone(), updates_tx.clone()),
+            watch_task::<Namespace>(client.clone(), updates_tx),
+        ];
+        // On shutdown every task but the election simply ends; the election first
+        // releases the Lease (a standby then takes over without waiting for expiry).
+        let mut tasks: Vec<Task> = tasks
+            .into_iter()
+            .map(|(name, task)| (name, until_shutdown(shutdown.clone(), task)))
+            .collect();
+        let lease_api: Api<Lease> = Api::namespaced(client.clone(), &self.lease.namespace);
+        let lease_config = self.lease.clone();
+        let lease_shutdown = shutdown.clone();
+        tasks.push((
+            "Lease election",
+            async move {
+                lease::run(lease_api, lease_config, leadership_tx, lease_shutdown)
+                    .await
+                    .map_err(Into::into)
+            }
+            .boxed(),
+        ));
+        let writer = StatusWriter::new(
+            client.clone(),
+            events::EventSink::new(client, &self.lease.identity),
+            leadership_rx.clone(),
+            jobs_rx,
+        );
+        tasks.push((
+            "status writer",
+            until_shutdown(
+                shutdown.clone(),
+                async move { writer.run().await.map_err(Into::into) }.boxed(),
+            ),
+        ));
+        let mode_loop = ModeLoop {
+            identity: self.lease.identity.clone(),
+            lease_name: format!("{}/{}", self.lease.namespace, self.lease.name),
+            base: self.base,
+            debounce_after: self.debounce_after,
+            debounce_max: self.debounce_max,
+            updates: updates_rx,
+            leadership: leadership_rx,
+            status_jobs: jobs_tx,
+            resign,
+            admin,
+        };
+        tasks.push((
+            "controller loop",
+            until_shutdown(shutdown, mode_loop.run(pipeline, seed).boxed()),
+        ));
+        tasks
+    }
+}

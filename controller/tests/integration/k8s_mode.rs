@@ -1,0 +1,481 @@
+//! The Kubernetes mode against an in-process test API server: the partial-mesh guard,
+//! status conditions and Events for invalid objects without echo loops, objects that do
+//! not decode, and a standby taking over through Redis fencing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Event as CoreEvent;
+use kube::api::{Api, ListParams};
+use pilotfish_controller::k8s::mode::{NoResign, seed_from_redis};
+use pilotfish_shared::bus::memory::MemoryBus;
+use pilotfish_shared::bus::redis::{RedisConfig, RedisPublisher};
+use pilotfish_shared::bus::{Follower, SnapshotPublisher};
+use pilotfish_shared::codec::{self, DecodeLimits};
+use pilotfish_shared::push_context::PushContext;
+use pilotfish_testkit::redis::RedisServer;
+use serde_json::json;
+
+use crate::k8s_support::*;
+
+fn decode(blob: &[u8]) -> Result<PushContext, codec::DecodeError> {
+    codec::decode(blob, &DecodeLimits::default())
+}
+
+/// The VirtualService weights the bus currently serves.
+fn served_weights(follower: &Follower<PushContext>, name: &str) -> Option<Vec<i32>> {
+    weights(&follower.current()?.value, name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_published_until_every_kind_is_listed() {
+    let cluster = Cluster::start().await;
+    // No Istio CRDs yet: the VirtualService list fails, so the mesh would be partial.
+    cluster.apply(service("reviews", 9080)).await;
+    let bus = MemoryBus::new();
+    let (follower, _task) = bus.follow(decode);
+    let mut replica = Replica::start(
+        &cluster,
+        "a",
+        Arc::new(bus.publisher()),
+        Arc::new(NoResign),
+        fast_timings(),
+    );
+    eventually("the replica to lead", || async {
+        replica.is_leader().then_some(())
+    })
+    .await;
+    // Leading, with Services listed, yet nothing published and not ready: a negative
+    // check, so give it a few debounce periods and Lease renewals.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    replica.assert_alive();
+    assert_eq!(bus.latest(), None, "a partial mesh was published");
+    let (ready, detail) = replica.admin.readiness();
+    assert!(!ready, "ready before every store synced: {detail}");
+    assert!(detail.contains("VirtualService"), "{detail}");
+    assert!(
+        replica.admin.leader()["unsynced"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("DestinationRule")),
+        "{}",
+        replica.admin.leader()
+    );
+
+    cluster.install_istio_crds().await;
+    reviews_mesh(&cluster).await;
+    cluster
+        .apply(split("reviews", "reviews", &[("v1", 80), ("v2", 20)]))
+        .await;
+    let weights = eventually("the first snapshot, with the route", || async {
+        served_weights(&follower, "reviews")
+    })
+    .await;
+    assert_eq!(weights, vec![80, 20]);
+    let first = bus.latest().expect("published");
+    let ctx = follower.current().unwrap();
+    assert!(
+        ctx.value
+            .services()
+            .iter()
+            .any(|s| s.hostname == "reviews.default.svc.cluster.local"),
+        "the Service listed before the CRDs is in the first snapshot"
+    );
+    assert!(replica.admin.readiness().0);
+    // The first snapshot was complete: every later one has the same services.
+    assert!(first.version >= 1);
+    replica.assert_alive();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_objects_get_a_false_condition_and_one_event_and_keep_the_previous_route() {
+    let cluster = Cluster::start().await;
+    cluster.install_istio_crds().await;
+    reviews_mesh(&cluster).await;
+    cluster
+        .apply(split("reviews", "reviews", &[("v1", 80), ("v2", 20)]))
+        .await;
+    let bus = MemoryBus::new();
+    let (follower, _task) = bus.follow(decode);
+    let mut replica = Replica::start(
+        &cluster,
+        "a",
+        Arc::new(bus.publisher()),
+        Arc::new(NoResign),
+        fast_timings(),
+    );
+    let vs = split("reviews", "reviews", &[("v1", 80), ("v2", 20)]);
+    let accepted = eventually("the Reconciled=True condition", || async {
+        let object = cluster.get(&vs).await?;
+        let c = reconciled(&object)?;
+        (c["status"] == "True").then_some((c, object))
+    })
+    .await;
+    assert_eq!(accepted.0["reason"], "Accepted");
+    assert_eq!(accepted.1.data["status"]["observedGeneration"], 1);
+    // Every Istio kind gets its condition, not only VirtualServices.
+    let dr = destination_rule("reviews", &["v1", "v2"]);
+    eventually("the DestinationRule's Reconciled=True", || async {
+        let c = reconciled(&cluster.get(&dr).await?)?;
+        (c["status"] == "True").then_some(())
+    })
+    .await;
+    assert_eq!(served_weights(&follower, "reviews"), Some(vec![80, 20]));
+
+    // A negative weight and an unknown subset.
+    let bad = split("reviews", "reviews", &[("v1", 110), ("v9", -10)]);
+    cluster.apply(bad.clone()).await;
+    let (condition, object) = eventually("the Reconciled=False condition", || async {
+        let object = cluster.get(&bad).await?;
+        let c = reconciled(&object)?;
+        (c["status"] == "False").then_some((c, object))
+    })
+    .await;
+    let message = condition["message"].as_str().unwrap();
+    assert_eq!(condition["reason"], "InvalidConfig");
+    assert!(
+        message.contains("spec.http[0].route[1].weight"),
+        "{message}"
+    );
+    assert!(message.contains("v9"), "{message}");
+    assert!(
+        message.contains("the last accepted version is still served"),
+        "{message}"
+    );
+    assert_eq!(condition["observedGeneration"], 2);
+    assert_eq!(object.data["status"]["observedGeneration"], 2);
+    // The previous routing holds.
+    assert_eq!(served_weights(&follower, "reviews"), Some(vec![80, 20]));
+    let snapshot = replica.admin.snapshot();
+    assert!(
+        snapshot["kept_previous"]
+            .to_string()
+            .contains("VirtualService default/reviews"),
+        "{snapshot}"
+    );
+
+    // One Warning Event, reason InvalidConfig, about this object.
+    let events: Api<CoreEvent> = Api::namespaced(cluster.client(), "default");
+    let invalid = eventually("the InvalidConfig Event", || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        let found: Vec<CoreEvent> = list
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("InvalidConfig"))
+            .collect();
+        (!found.is_empty()).then_some(found)
+    })
+    .await;
+    assert_eq!(invalid.len(), 1, "{invalid:?}");
+    assert_eq!(invalid[0].type_.as_deref(), Some("Warning"));
+    assert_eq!(invalid[0].involved_object.name.as_deref(), Some("reviews"));
+    assert_eq!(
+        invalid[0].involved_object.kind.as_deref(),
+        Some("VirtualService")
+    );
+
+    // No echo loop: an unrelated rebuild (an endpoint change) leaves the status alone.
+    // (The test server stores an identical write without a new version, so the writes
+    // are counted too; tests run one at a time, so the process-wide counter is ours.)
+    let writes = || {
+        pilotfish_controller::metrics::STATUS_WRITES
+            .with_label_values(&["VirtualService", "written"])
+            .get()
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let writes_before = writes();
+    let version_before = object.metadata.resource_version.clone();
+    let builds_before = replica.admin.snapshot()["hash"].clone();
+    cluster
+        .apply(endpoint_slice("reviews", "v2", "reviews-v2", 10003))
+        .await;
+    eventually("the endpoint rebuild", || async {
+        (replica.admin.snapshot()["hash"] != builds_before).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = cluster.get(&bad).await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version, version_before,
+        "the status was written again though nothing changed"
+    );
+    assert_eq!(writes(), writes_before, "status writes without a change");
+    let count = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("InvalidConfig"))
+        .count();
+    assert_eq!(count, 1, "the Event was repeated");
+
+    // Fixed again: True, and the new split is served.
+    let fixed = split("reviews", "reviews", &[("v1", 50), ("v2", 50)]);
+    cluster.apply(fixed.clone()).await;
+    eventually("the fixed split", || async {
+        (served_weights(&follower, "reviews")? == [50, 50]).then_some(())
+    })
+    .await;
+    eventually("Reconciled=True again", || async {
+        let c = reconciled(&cluster.get(&fixed).await?)?;
+        (c["status"] == "True" && c["observedGeneration"] == 3).then_some(())
+    })
+    .await;
+    replica.assert_alive();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_that_does_not_decode_is_reported_and_its_watch_goes_on() {
+    let cluster = Cluster::start().await;
+    cluster.install_istio_crds().await;
+    reviews_mesh(&cluster).await;
+    // The CRD schema accepts any string as a timeout; our types do not.
+    let mut unreadable = split("reviews", "reviews", &[("v1", 100)]);
+    unreadable["spec"]["http"][0]["timeout"] = json!("soon");
+    cluster.apply(unreadable.clone()).await;
+    let bus = MemoryBus::new();
+    let (follower, _task) = bus.follow(decode);
+    let mut replica = Replica::start(
+        &cluster,
+        "a",
+        Arc::new(bus.publisher()),
+        Arc::new(NoResign),
+        fast_timings(),
+    );
+    let condition = eventually("the decode failure in the status", || async {
+        let c = reconciled(&cluster.get(&unreadable).await?)?;
+        (c["status"] == "False").then_some(c)
+    })
+    .await;
+    let message = condition["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("cannot read the object: spec.http[0].timeout"),
+        "{message}"
+    );
+    // Everything else is served, and later changes still arrive.
+    eventually("a snapshot without the unreadable route", || async {
+        let ctx = follower.current()?;
+        (ctx.value.services().len() == 1 && weights(&ctx.value, "reviews").is_none()).then_some(())
+    })
+    .await;
+    cluster
+        .apply(split("ratings", "reviews", &[("v2", 100)]))
+        .await;
+    let w = eventually("a VirtualService applied afterwards", || async {
+        served_weights(&follower, "ratings")
+    })
+    .await;
+    assert_eq!(w, vec![100]);
+    replica.assert_alive();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_a_killed_leader_with_a_new_epoch() {
+    let redis = RedisServer::start().expect("redis-server");
+    let cluster = Cluster::start().await;
+    cluster.install_istio_crds().await;
+    reviews_mesh(&cluster).await;
+    cluster
+        .apply(split("reviews", "reviews", &[("v1", 80), ("v2", 20)]))
+        .await;
+    let config = || RedisConfig::new(&redis.url()).unwrap().with_prefix("it");
+    let publisher_a = RedisPublisher::new(config()).unwrap();
+    let publisher_b = RedisPublisher::new(config()).unwrap();
+    let observer = RedisPublisher::new(config()).unwrap();
+    let (follower, _task) =
+        pilotfish_shared::bus::redis::follow(config(), decode).expect("follow Redis");
+
+    let a = Replica::start(
+        &cluster,
+        "a",
+        Arc::new(publisher_a.clone()) as Arc<dyn SnapshotPublisher>,
+        Arc::new(publisher_a),
+        fast_timings(),
+    );
+    eventually("a to lead", || async { a.is_leader().then_some(()) }).await;
+    let mut b = Replica::start(
+        &cluster,
+        "b",
+        Arc::new(publisher_b.clone()) as Arc<dyn SnapshotPublisher>,
+        Arc::new(publisher_b),
+        fast_timings(),
+    );
+    eventually("the first publish", || async {
+        (served_weights(&follower, "reviews")? == [80, 20]).then_some(())
+    })
+    .await;
+    eventually("b ready as a standby", || async {
+        b.admin.readiness().0.then_some(())
+    })
+    .await;
+    assert!(!b.is_leader());
+    let epoch_a = a.epoch().expect("a took an epoch");
+    let first = observer.latest().await.unwrap().expect("latest");
+    assert_eq!(first.epoch, epoch_a);
+
+    // SIGKILL-like: no release. A change lands while nobody leads.
+    a.kill();
+    cluster
+        .apply(split("reviews", "reviews", &[("v1", 50), ("v2", 50)]))
+        .await;
+    eventually("b to lead", || async { b.is_leader().then_some(()) }).await;
+    eventually("the change made while leaderless to be served", || async {
+        (served_weights(&follower, "reviews")? == [50, 50]).then_some(())
+    })
+    .await;
+    let latest = observer.latest().await.unwrap().expect("latest");
+    let epoch_b = b.epoch().expect("b took an epoch");
+    assert!(epoch_b > epoch_a, "new epoch {epoch_b} after {epoch_a}");
+    assert_eq!(latest.epoch, epoch_b);
+    assert!(latest.version > first.version);
+    b.assert_alive();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarts_never_publish_a_partial_mesh_and_deleting_the_route_restores_the_default() {
+    let cluster = Cluster::start().await;
+    cluster.install_istio_crds().await;
+    reviews_mesh(&cluster).await;
+    let vs = split("reviews", "reviews", &[("v1", 80), ("v2", 20)]);
+    cluster.apply(vs.clone()).await;
+    let bus = MemoryBus::new();
+    let (follower, _task) = bus.follow(decode);
+    // Record every snapshot the bus serves from now on.
+    let mut updates = follower.subscribe();
+    let seen = tokio::spawn(async move {
+        let mut seen: Vec<(u64, Option<Vec<i32>>, usize)> = Vec::new();
+        while updates.changed().await.is_ok() {
+            let current = updates.borrow_and_update().clone();
+            if let Some(f) = current {
+                seen.push((
+                    f.reference.version,
+                    weights(&f.value, "reviews"),
+                    f.value.services().len(),
+                ));
+            }
+        }
+        seen
+    });
+    let start = |identity: &str| {
+        Replica::start(
+            &cluster,
+            identity,
+            Arc::new(bus.publisher()),
+            Arc::new(NoResign),
+            fast_timings(),
+        )
+    };
+    let a = start("a");
+    eventually("the first publish", || async {
+        (served_weights(&follower, "reviews")? == [80, 20]).then_some(())
+    })
+    .await;
+    // SIGTERM-style restart, then a SIGKILL-style one.
+    a.stop().await;
+    let a = start("a");
+    eventually("the restarted replica to lead", || async {
+        a.is_leader().then_some(())
+    })
+    .await;
+    eventually("its first publish", || async {
+        (a.admin.snapshot()["publish"]["result"] == "unchanged").then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    a.kill();
+    let mut a = start("a");
+    eventually("the restarted replica to lead again", || async {
+        a.is_leader().then_some(())
+    })
+    .await;
+    // Same content: the publish finds `latest` unchanged and writes nothing.
+    eventually("a publish (unchanged) by the restarted replica", || async {
+        let result = a.admin.snapshot()["publish"]["result"].clone();
+        (result == "unchanged" || result == "published").then_some(())
+    })
+    .await;
+
+    // Deleting the VirtualService returns the host to default routing.
+    cluster.delete(vs).await;
+    eventually("the route to be gone", || async {
+        let ctx = follower.current()?;
+        weights(&ctx.value, "reviews").is_none().then_some(())
+    })
+    .await;
+    assert_eq!(follower.current().unwrap().value.services().len(), 1);
+    a.assert_alive();
+    drop(a);
+    drop(follower);
+    drop(_task);
+    let seen = tokio::time::timeout(WAIT, seen)
+        .await
+        .expect("recorder ended")
+        .unwrap();
+    // Until the deletion, every snapshot ever served had the service and the route.
+    let before_delete: Vec<_> = seen.iter().take_while(|(_, w, _)| w.is_some()).collect();
+    assert!(!before_delete.is_empty());
+    for (version, w, services) in &seen[..before_delete.len()] {
+        assert_eq!(*services, 1, "v{version} lost the service");
+        assert_eq!(w.as_deref(), Some(&[80, 20][..]), "v{version}");
+    }
+    assert!(
+        seen[before_delete.len()..]
+            .iter()
+            .all(|(_, w, s)| w.is_none() && *s == 1),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_controller_keeps_the_last_accepted_version_of_an_object_invalid_at_start() {
+    let redis = RedisServer::start().expect("redis-server");
+    let cluster = Cluster::start().await;
+    cluster.install_istio_crds().await;
+    reviews_mesh(&cluster).await;
+    cluster
+        .apply(split("reviews", "reviews", &[("v1", 80), ("v2", 20)]))
+        .await;
+    let config = || RedisConfig::new(&redis.url()).unwrap().with_prefix("seed");
+    let (follower, _task) =
+        pilotfish_shared::bus::redis::follow(config(), decode).expect("follow Redis");
+    let start = |identity: &str| {
+        let publisher = RedisPublisher::new(config()).unwrap();
+        Replica::start_seeded(
+            &cluster,
+            identity,
+            Arc::new(publisher.clone()) as Arc<dyn SnapshotPublisher>,
+            Arc::new(publisher.clone()),
+            Some(seed_from_redis(publisher, Duration::from_secs(10))),
+            fast_timings(),
+        )
+    };
+    let a = start("a");
+    eventually("the first publish", || async {
+        (served_weights(&follower, "reviews")? == [80, 20]).then_some(())
+    })
+    .await;
+    let bad = split("reviews", "reviews", &[("v1", 100), ("v2", -1)]);
+    cluster.apply(bad.clone()).await;
+    eventually("Reconciled=False", || async {
+        (reconciled(&cluster.get(&bad).await?)?["status"] == "False").then_some(())
+    })
+    .await;
+    a.kill();
+    // A fresh process: its pipeline has never seen the accepted version.
+    let mut b = start("b");
+    eventually("the new replica to lead and publish", || async {
+        let result = b.admin.snapshot()["publish"]["result"].clone();
+        (b.is_leader() && (result == "unchanged" || result == "published")).then_some(())
+    })
+    .await;
+    let snapshot = b.admin.snapshot();
+    assert!(
+        snapshot["kept_previous"]
+            .to_string()
+            .contains("VirtualService default/reviews"),
+        "{snapshot}"
+    );
+    assert_eq!(served_weights(&follower, "reviews"), Some(vec![80, 20]));
+    b.assert_alive();
+}
