@@ -8,6 +8,7 @@ mod apiserver_helm;
 mod apiserver_kube;
 mod apiserver_kubectl;
 mod bus_redis;
+mod helm_chart;
 mod istio_crds;
 mod redis_e2e;
 mod support;
