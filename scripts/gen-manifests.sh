@@ -46,7 +46,8 @@ render_manifests() {
 #
 #   kubectl apply --server-side -f manifests/
 #
-# (Server-side apply: the CRDs are too large for client-side apply's annotation.)
+# Server-side apply is recommended: the CRDs are large, and client-side apply keeps a copy
+# of each in an annotation that Kubernetes limits to 256 KiB.
 ---
 apiVersion: v1
 kind: Namespace
