@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build test test-deps lint unit integration crds crds-check descriptors descriptors-check bench run demo
+.PHONY: all build test test-deps lint unit integration crds crds-check descriptors descriptors-check manifests manifests-check images bench run demo
 
 all: build
 
@@ -26,13 +26,33 @@ unit:
 integration: build
 	$(CARGO) test --workspace --test "*" -- --test-threads=1
 
-test: test-deps lint crds-check descriptors-check unit integration
+test: test-deps lint crds-check descriptors-check manifests-check unit integration
 
 crds:
 	./scripts/gen-crds.sh
 
 crds-check:
 	./scripts/gen-crds.sh --check
+
+## The plain manifests (manifests/pilotfish.yaml) and the chart README's Parameters table,
+## both generated from the Helm chart in manifests/helm/pilotfish. After `make crds`, run this too.
+manifests:
+	./scripts/gen-manifests.sh
+
+## Drift check of the above, then helm lint, kubernetes-validate, checkov and hadolint.
+manifests-check:
+	./scripts/gen-manifests.sh --check
+	./scripts/check-chart.sh
+
+## Container images of both binaries (needs a Docker engine with BuildKit; untested on the
+## project's machines, which have none). IMAGE_REGISTRY=registry.example.com/mesh prefixes the names.
+VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+IMAGE_REGISTRY ?=
+IMAGE_PREFIX := $(if $(IMAGE_REGISTRY),$(IMAGE_REGISTRY)/,)
+images:
+	@docker info >/dev/null 2>&1 || { echo "make images needs a running Docker engine (docker info failed)" >&2; exit 1; }
+	DOCKER_BUILDKIT=1 docker build --target xds -t $(IMAGE_PREFIX)pilotfish-xds:$(VERSION) .
+	DOCKER_BUILDKIT=1 docker build --target controller -t $(IMAGE_PREFIX)pilotfish-controller:$(VERSION) .
 
 ## The Envoy descriptor set pilotfish-xds embeds for proto JSON, derived from envoy-types.
 descriptors:

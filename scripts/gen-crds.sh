@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Generates the Istio CRDs in crds/ from the Rust types (shared/src/api) with pilotfish-crdgen.
+# Generates the Istio CRDs from the Rust types (shared/src/api) with pilotfish-crdgen, into
+# both places that ship them: crds/ (for kubectl and the tests) and the Helm chart's crds/
+# (manifests/helm/pilotfish/crds/, which helm installs before the templates). One
+# generator, one drift check.
 #
-#   scripts/gen-crds.sh           regenerate crds/
-#   scripts/gen-crds.sh --check   regenerate into a temp dir, fail if crds/ differs (drift),
-#                                 and validate every file with kubernetes-validate --strict
-#                                 against Kubernetes 1.33.
+#   scripts/gen-crds.sh           regenerate both folders
+#   scripts/gen-crds.sh --check   regenerate into a temp dir, fail if either folder differs
+#                                 (drift), and validate every file with
+#                                 kubernetes-validate --strict against Kubernetes 1.33.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 kubernetes_version=1.33.0
+targets=(crds manifests/helm/pilotfish/crds)
 
 mode=write
 case "${1:-}" in
@@ -21,31 +25,31 @@ generate() {
   cargo run --quiet --package pilotfish-shared --bin pilotfish-crdgen -- "$1" >/dev/null
 }
 
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+generate "$tmp/generated"
+
 if [ "$mode" = write ]; then
-  # Regenerate from scratch so that a CRD that no longer exists leaves no stale file.
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' EXIT
-  generate "$tmp"
-  mkdir -p crds
-  rm -f crds/*.yaml
-  cp "$tmp"/*.yaml crds/
-  echo "crds/ regenerated: $(cd crds && ls *.yaml | tr '\n' ' ')"
+  for target in "${targets[@]}"; do
+    # Regenerate from scratch so that a CRD that no longer exists leaves no stale file.
+    mkdir -p "$target"
+    rm -f "$target"/*.yaml
+    cp "$tmp"/generated/*.yaml "$target"/
+    echo "$target/ regenerated: $(cd "$target" && ls *.yaml | tr '\n' ' ')"
+  done
   exit 0
 fi
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-generate "$tmp"
-if ! diff -ru crds "$tmp" >"$tmp.diff" 2>&1; then
-  echo "ERROR: crds/ is out of date with the types in shared/src/api." >&2
-  echo "Run 'make crds' and commit the result. Difference (checked-in vs generated):" >&2
-  head -n 60 "$tmp.diff" >&2
-  rm -f "$tmp.diff"
-  exit 1
-fi
-rm -f "$tmp.diff"
+for target in "${targets[@]}"; do
+  if ! diff -ru "$target" "$tmp/generated" >"$tmp/diff" 2>&1; then
+    echo "ERROR: $target/ is out of date with the types in shared/src/api." >&2
+    echo "Run 'make crds' (then 'make manifests') and commit the result. Difference (checked-in vs generated):" >&2
+    head -n 60 "$tmp/diff" >&2
+    exit 1
+  fi
+done
 
 "$root/scripts/deps/python-tools.sh"
 "$root/.venv-tools/bin/kubernetes-validate" --strict --quiet \
   --kubernetes-version "$kubernetes_version" crds/*.yaml
-echo "crds/ is up to date and valid for Kubernetes $kubernetes_version"
+echo "${targets[*]} are up to date and valid for Kubernetes $kubernetes_version"

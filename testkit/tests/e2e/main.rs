@@ -9,6 +9,7 @@ mod apiserver_kube;
 mod apiserver_kubectl;
 mod bus_redis;
 mod controller_k8s;
+mod helm_chart;
 mod istio_crds;
 mod redis_e2e;
 mod support;
