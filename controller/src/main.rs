@@ -198,7 +198,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         };
         admin::serve(admin_listener, state, stop).await
     });
-    tasks.spawn("Redis watchdog", publisher.spawn_watchdog().join());
+    tasks.spawn_background("Redis watchdog", publisher.spawn_watchdog().join());
     let base = BuildInputs {
         mesh,
         cluster_domain: cli.cluster_domain.clone(),
@@ -217,7 +217,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             metrics::LEADER.set(1);
             admin_state.set_leader(serde_json::json!({"mode": "config-dir", "leader": true, "note": "one writer per key prefix; no Lease"}));
             let observer = FolderAdmin(admin_state.clone());
-            tasks.spawn("config-dir source", async move {
+            tasks.spawn_background("config-dir source", async move {
                 folder.run(pipeline, &observer).await
             });
         }

@@ -17,6 +17,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[derive(Default)]
 pub struct Supervisor {
     tasks: JoinSet<(&'static str, Result<(), BoxError>)>,
+    /// Tasks with nothing to finish on shutdown (followers, watchdogs): aborted at once.
+    background: Vec<tokio::task::AbortHandle>,
 }
 
 impl Supervisor {
@@ -32,6 +34,19 @@ impl Supervisor {
     {
         self.tasks
             .spawn(async move { (name, task.await.map_err(Into::into)) });
+    }
+
+    /// Like [`Supervisor::spawn`], for a task that has nothing to finish on shutdown
+    /// (followers, watchdogs): it is aborted at once instead of being waited for.
+    pub fn spawn_background<F, E>(&mut self, name: &'static str, task: F)
+    where
+        F: Future<Output = Result<(), E>> + Send + 'static,
+        E: Into<BoxError>,
+    {
+        let handle = self
+            .tasks
+            .spawn(async move { (name, task.await.map_err(Into::into)) });
+        self.background.push(handle);
     }
 
     /// Waits until a task ends (failure) or a shutdown signal arrives (success).
@@ -53,9 +68,12 @@ impl Supervisor {
         }
     }
 
-    /// Gives the remaining tasks `grace` to finish (after the caller told them to stop),
-    /// then aborts them.
+    /// Aborts the background tasks, gives the others `grace` to finish (after the caller
+    /// told them to stop), then aborts what is left.
     pub async fn shutdown(mut self, grace: Duration) {
+        for handle in &self.background {
+            handle.abort();
+        }
         let _ = tokio::time::timeout(grace, async {
             while self.tasks.join_next().await.is_some() {}
         })
@@ -122,6 +140,34 @@ mod tests {
         s.spawn("short-lived", async { Ok::<(), BoxError>(()) });
         assert_eq!(s.wait().await, ExitCode::FAILURE);
         s.shutdown(Duration::from_millis(10)).await;
+    }
+
+    #[tokio::test]
+    async fn shutdown_aborts_background_tasks_at_once_and_waits_for_the_others() {
+        let mut s = Supervisor::new();
+        let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+        let finished = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let done = finished.clone();
+        s.spawn("finishes on stop", async move {
+            let _ = stop_rx.wait_for(|s| *s).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok::<(), BoxError>(())
+        });
+        s.spawn_background("runs forever", async {
+            std::future::pending::<Result<(), BoxError>>().await
+        });
+        let started = std::time::Instant::now();
+        let _ = stop_tx.send(true);
+        s.shutdown(Duration::from_secs(30)).await;
+        assert!(
+            finished.load(std::sync::atomic::Ordering::SeqCst),
+            "the stopping task finished"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "did not wait out the grace for a background task"
+        );
     }
 
     #[tokio::test]

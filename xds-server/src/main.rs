@@ -159,7 +159,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             let bus = MemoryBus::new();
             let (follower, follow_task) = bus.follow(decode);
-            tasks.spawn("snapshot follower", follow_task.join());
+            tasks.spawn_background("snapshot follower", follow_task.join());
             let folder = FolderLoop {
                 dir: dir.clone(),
                 base: BuildInputs {
@@ -172,7 +172,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 resync_every: Duration::from_secs(30),
             };
             let pipeline = Pipeline::new(Arc::new(bus.publisher()));
-            tasks.spawn("config folder", async move {
+            tasks.spawn_background("config folder", async move {
                 folder.run(pipeline, &StandaloneLog).await
             });
             follower
@@ -188,7 +188,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             tracing::info!(redis = %config, "following snapshots in Redis");
             let (follower, follow_task) = pilotfish_shared::bus::redis::follow(config, decode)?;
-            tasks.spawn("snapshot follower", follow_task.join());
+            tasks.spawn_background("snapshot follower", follow_task.join());
             follower
         }
         (None, None) => bail!("give --config-dir DIR (standalone) or --redis-url URL"),
@@ -199,7 +199,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     let (engine_tx, engine_rx) = tokio::sync::watch::channel::<Option<Arc<dyn XdsSnapshot>>>(None);
     let snapshots = follower.subscribe();
     let (state, reg) = (feed_state.clone(), registry.clone());
-    tasks.spawn("snapshot feed", async move {
+    tasks.spawn_background("snapshot feed", async move {
         feed::run(snapshots, engine_tx, state, reg).await;
         Ok::<(), anyhow::Error>(())
     });

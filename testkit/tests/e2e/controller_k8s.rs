@@ -280,6 +280,14 @@ impl Controller {
         }
     }
 
+    /// Replaces the Lease timings (the default is [`LEASE_FLAGS`]).
+    fn with_lease_flags(mut self, flags: &[&str]) -> Controller {
+        let keep = self.args.len() - LEASE_FLAGS.len();
+        self.args.truncate(keep);
+        self.args.extend(flags.iter().map(|s| s.to_string()));
+        self
+    }
+
     fn start(&mut self) {
         let program = binary("pilotfish-controller").unwrap_or_else(|e| panic!("{e}"));
         let process = ChildProcess::spawn(
@@ -345,6 +353,17 @@ impl Controller {
     fn terminate(&mut self) {
         let mut p = self.process.take().expect("running");
         p.signal("TERM").unwrap();
+        let status = p.wait_exit(WAIT).expect("exit after SIGTERM");
+        assert!(
+            status.success(),
+            "{} exited with {status} after SIGTERM",
+            self.name
+        );
+    }
+
+    /// After a SIGTERM sent with [`Controller::signal`]: waits for a clean exit.
+    fn terminate_wait(&mut self) {
+        let mut p = self.process.take().expect("running");
         let status = p.wait_exit(WAIT).expect("exit after SIGTERM");
         assert!(
             status.success(),
@@ -869,4 +888,66 @@ async fn grpc_clients_follow_kubectl_through_two_controllers_and_two_xds_replica
     for replica in [&xds1, &xds2] {
         assert_eq!(replica.nacks().unwrap(), vec![], "a client NACKed");
     }
+}
+
+/// A leader that receives SIGTERM releases its Lease, and the standby, which watches the
+/// Lease rather than polling it, takes over at once — not after the Lease expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_hands_the_lease_over_without_waiting_for_it_to_expire() {
+    // A long Lease: a standby that waited for expiry would need 30 s or more.
+    const LONG_LEASE: [&str; 6] = [
+        "--lease-duration",
+        "30s",
+        "--renew-deadline",
+        "20s",
+        "--retry-period",
+        "1s",
+    ];
+    let cluster = Cluster::start().await;
+    let redis = RedisServer::start().expect("redis-server");
+    let config = RedisConfig::new(&redis.url()).unwrap();
+    let (follower, _follow_task) = follow(config, decode).expect("follow Redis");
+    let mut a =
+        Controller::new("controller-a", &redis.url(), &cluster).with_lease_flags(&LONG_LEASE);
+    let mut b =
+        Controller::new("controller-b", &redis.url(), &cluster).with_lease_flags(&LONG_LEASE);
+    a.start();
+    b.start();
+    cluster.install_reviews(10001, 10002).await;
+    eventually("both controllers ready", || {
+        (a.ready() && b.ready()).then_some(())
+    })
+    .await;
+    eventually("the 80/20 route in Redis", || {
+        (served(&follower)?? == [80, 20]).then_some(())
+    })
+    .await;
+    let leader = leader_of(&[&a, &b]).await;
+    let (old, new) = if leader == 0 {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    let epoch_before = old.epoch();
+
+    let sent = Instant::now();
+    old.signal("TERM");
+    eventually("the standby to lead", || new.leads().then_some(())).await;
+    let handover = sent.elapsed();
+    old.terminate_wait();
+    println!("SIGTERM of the leader → the standby leads after {handover:?} (Lease duration 30 s)");
+    assert!(
+        handover < Duration::from_secs(15),
+        "the standby took {handover:?}: the Lease was not released on SIGTERM"
+    );
+    assert!(
+        new.epoch() > epoch_before,
+        "the new leader fences the old one with a newer epoch"
+    );
+    // The new leader publishes: a change applied now reaches Redis.
+    cluster.apply("reviews-50-50.yaml").await;
+    eventually("the 50/50 route in Redis", || {
+        (served(&follower)?? == [50, 50]).then_some(())
+    })
+    .await;
 }
