@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
 };
@@ -232,46 +233,32 @@ impl AggregatedDiscoveryService for AdsServer {
         &self,
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
-        let origin = Origin::of(&request);
-        let mut inbound = request.into_inner();
-        let (first, proxy) = self
-            .accept(&mut inbound, |r: &DiscoveryRequest| {
-                parse_node(r.node.as_ref())
-            })
-            .await?;
-        let (tx, rx) = mpsc::channel(self.shared.config.outbound_buffer.max(1));
-        let replica = self.shared.config.replica_name.clone();
-        let make = move |proxy: Arc<Proxy>, snapshot| {
-            SotwMachine(SotwStream::new(proxy, &replica, snapshot))
-        };
-        tokio::spawn(run_stream(
-            self.shared.clone(),
-            proxy,
-            origin,
-            first,
-            inbound,
-            tx,
-            make,
-        ));
-        Ok(Response::new(ReceiverStream::new(rx)))
+        self.open::<SotwMachine>(request).await
     }
 
     async fn delta_aggregated_resources(
         &self,
         request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
+        self.open::<DeltaMachine>(request).await
+    }
+}
+
+impl AdsServer {
+    /// Admits a stream (first request, node, rate limit) and starts its task; SotW and
+    /// delta differ only in their state machine.
+    async fn open<M: Machine>(
+        &self,
+        request: Request<Streaming<M::Request>>,
+    ) -> Result<Response<ReceiverStream<Result<M::Response, Status>>>, Status> {
         let origin = Origin::of(&request);
         let mut inbound = request.into_inner();
         let (first, proxy) = self
-            .accept(&mut inbound, |r: &DeltaDiscoveryRequest| {
-                parse_node(r.node.as_ref())
-            })
+            .accept(&mut inbound, |r: &M::Request| parse_node(M::node(r)))
             .await?;
         let (tx, rx) = mpsc::channel(self.shared.config.outbound_buffer.max(1));
         let replica = self.shared.config.replica_name.clone();
-        let make = move |proxy: Arc<Proxy>, snapshot| {
-            DeltaMachine(DeltaStream::new(proxy, &replica, snapshot))
-        };
+        let make = move |proxy: Arc<Proxy>, snapshot| M::new(proxy, &replica, snapshot);
         tokio::spawn(run_stream(
             self.shared.clone(),
             proxy,
@@ -290,6 +277,9 @@ trait Machine: Send + 'static {
     type Request: Send + 'static;
     type Response: Send + 'static;
     const MODE: StreamMode;
+    fn new(proxy: Arc<Proxy>, replica: &str, snapshot: Arc<dyn XdsSnapshot>) -> Self;
+    /// The node of a request (only the first one is guaranteed to carry it).
+    fn node(request: &Self::Request) -> Option<&Node>;
     fn on_request(&mut self, request: &Self::Request, now: SystemTime) -> Output<Self::Response>;
     fn on_snapshot(
         &mut self,
@@ -308,6 +298,12 @@ impl Machine for SotwMachine {
     type Request = DiscoveryRequest;
     type Response = DiscoveryResponse;
     const MODE: StreamMode = StreamMode::Sotw;
+    fn new(proxy: Arc<Proxy>, replica: &str, snapshot: Arc<dyn XdsSnapshot>) -> Self {
+        SotwMachine(SotwStream::new(proxy, replica, snapshot))
+    }
+    fn node(request: &DiscoveryRequest) -> Option<&Node> {
+        request.node.as_ref()
+    }
     fn on_request(
         &mut self,
         request: &DiscoveryRequest,
@@ -337,6 +333,12 @@ impl Machine for DeltaMachine {
     type Request = DeltaDiscoveryRequest;
     type Response = DeltaDiscoveryResponse;
     const MODE: StreamMode = StreamMode::Delta;
+    fn new(proxy: Arc<Proxy>, replica: &str, snapshot: Arc<dyn XdsSnapshot>) -> Self {
+        DeltaMachine(DeltaStream::new(proxy, replica, snapshot))
+    }
+    fn node(request: &DeltaDiscoveryRequest) -> Option<&Node> {
+        request.node.as_ref()
+    }
     fn on_request(
         &mut self,
         request: &DeltaDiscoveryRequest,

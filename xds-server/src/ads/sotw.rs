@@ -25,7 +25,9 @@ use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, Discovery
 use pilotfish_shared::model::Proxy;
 
 use super::resource::{ChangeKind, Resource, XdsSnapshot};
-use super::state::{NonceSource, Output, ProtocolEvent, SentRecord, TypeRecord, view_version};
+use super::state::{
+    NonceSource, Output, ProtocolEvent, SentRecord, TypeRecord, served_type, view_version,
+};
 use super::types::XdsType;
 use crate::registry::{AckStatus, NackStatus, TypeStatus};
 
@@ -88,12 +90,8 @@ impl SotwStream {
         now: SystemTime,
     ) -> Output<DiscoveryResponse> {
         let mut out = Output::default();
-        let Some(xds_type) = XdsType::from_type_url(&request.type_url) else {
-            let first_time = self.unknown_types.insert(request.type_url.clone());
-            out.events.push(ProtocolEvent::UnknownType {
-                type_url: request.type_url.clone(),
-                first_time,
-            });
+        let Some(xds_type) = served_type(&request.type_url, &mut self.unknown_types, &mut out)
+        else {
             return out;
         };
         let state = self.type_state(xds_type);

@@ -189,6 +189,24 @@ impl<R> Default for Output<R> {
     }
 }
 
+/// The served type of `type_url`; an unknown one is recorded in `unknown` and reported
+/// as an event (`first_time` once per stream), and the request is then ignored.
+pub(crate) fn served_type<R>(
+    type_url: &str,
+    unknown: &mut BTreeSet<String>,
+    out: &mut Output<R>,
+) -> Option<XdsType> {
+    let known = XdsType::from_type_url(type_url);
+    if known.is_none() {
+        let first_time = unknown.insert(type_url.to_string());
+        out.events.push(ProtocolEvent::UnknownType {
+            type_url: type_url.to_string(),
+            first_time,
+        });
+    }
+    known
+}
+
 /// Hash of a set of (name, version) pairs: a SotW `version_info` or a delta
 /// `system_version_info`. Derived from content only, so it is identical on every replica.
 pub fn view_version<'a>(entries: impl IntoIterator<Item = (&'a String, &'a String)>) -> String {
