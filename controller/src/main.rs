@@ -17,8 +17,9 @@ use clap::{Args, Parser, Subcommand};
 use pilotfish_controller::k8s::lease::{LeaseConfig, LeaseTimings};
 use pilotfish_controller::{admin, k8s, metrics, validate_cmd};
 use pilotfish_shared::api;
-use pilotfish_shared::bus::redis::{RedisConfig, RedisPublisher};
+use pilotfish_shared::bus::redis::RedisPublisher;
 use pilotfish_shared::bus::{BusError, PublishOutcome};
+use pilotfish_shared::cli::{RedisArgs, replica_name};
 use pilotfish_shared::mesh_config::MeshConfig;
 use pilotfish_shared::pipeline::folder::{FolderLoop, FolderObserver};
 use pilotfish_shared::pipeline::{Built, Pipeline};
@@ -77,18 +78,9 @@ struct RunArgs {
     /// Admin HTTP address (/metrics, /healthz, /readyz, /debug/*).
     #[arg(long, env = "PILOTFISH_ADMIN_ADDR", default_value = "0.0.0.0:15014")]
     admin_addr: SocketAddr,
-    /// Redis to publish snapshots to: redis://[user@]host:port[/db], rediss://... (TLS) or unix:///path.
-    #[arg(long, env = "PILOTFISH_REDIS_URL")]
-    redis_url: Option<String>,
-    /// Key prefix in Redis (one writer per prefix).
-    #[arg(long, env = "PILOTFISH_REDIS_PREFIX", default_value = RedisConfig::DEFAULT_PREFIX)]
-    redis_prefix: String,
-    /// File holding the Redis password (else PILOTFISH_REDIS_PASSWORD; never a flag).
-    #[arg(long, env = "PILOTFISH_REDIS_PASSWORD_FILE")]
-    redis_password_file: Option<PathBuf>,
-    /// PEM CA certificate(s) to trust for rediss:// (a private CA).
-    #[arg(long, env = "PILOTFISH_REDIS_CA_FILE")]
-    redis_ca_file: Option<PathBuf>,
+    /// Redis to publish snapshots to.
+    #[command(flatten)]
+    redis: RedisArgs,
     /// Read configuration from this folder instead of the Kubernetes API.
     #[arg(long, env = "PILOTFISH_CONFIG_DIR")]
     config_dir: Option<PathBuf>,
@@ -143,17 +135,6 @@ impl FolderObserver for FolderAdmin {
     }
 }
 
-fn replica_name(flag: Option<String>) -> String {
-    flag.or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
-        .or_else(|| {
-            std::fs::read_to_string("/etc/hostname")
-                .ok()
-                .map(|h| h.trim().to_string())
-        })
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "pilotfish-controller".to_string())
-}
-
 async fn run(cli: Cli) -> Result<ExitCode> {
     let mesh = MeshConfig::load(cli.mesh_config.as_deref()).context("invalid --mesh-config")?;
     if let Some(Command::Validate { files, output }) = cli.command {
@@ -162,16 +143,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         return Ok(ExitCode::from(code as u8));
     }
     let args = cli.run;
-    let replica = replica_name(args.replica_name.clone());
-    let Some(url) = &args.redis_url else {
+    let replica = replica_name(args.replica_name.clone(), "pilotfish-controller");
+    let Some(redis) = args.redis.config()? else {
         bail!("the controller publishes snapshots to Redis: give --redis-url (or use `validate`)");
-    };
-    let redis = RedisConfig::new(url)?
-        .with_prefix(&args.redis_prefix)
-        .with_password_from(args.redis_password_file.as_deref())?;
-    let redis = match &args.redis_ca_file {
-        Some(ca) => redis.with_tls_ca_file(ca)?,
-        None => redis,
     };
     let publisher = RedisPublisher::new(redis.clone())?;
     let timings = LeaseTimings {

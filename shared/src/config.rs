@@ -31,18 +31,19 @@ impl ConfigKind {
         }
     }
 
+    /// Every kind, in declaration order.
+    pub const ALL: [ConfigKind; 7] = [
+        ConfigKind::VirtualService,
+        ConfigKind::DestinationRule,
+        ConfigKind::ServiceEntry,
+        ConfigKind::Service,
+        ConfigKind::EndpointSlice,
+        ConfigKind::Pod,
+        ConfigKind::MeshConfig,
+    ];
+
     pub fn from_name(kind: &str) -> Option<ConfigKind> {
-        [
-            ConfigKind::VirtualService,
-            ConfigKind::DestinationRule,
-            ConfigKind::ServiceEntry,
-            ConfigKind::Service,
-            ConfigKind::EndpointSlice,
-            ConfigKind::Pod,
-            ConfigKind::MeshConfig,
-        ]
-        .into_iter()
-        .find(|k| k.as_str() == kind)
+        Self::ALL.into_iter().find(|k| k.as_str() == kind)
     }
 }
 

@@ -6,6 +6,7 @@
 //! - [`model`]: the mesh model (services, endpoints, proxies) and conversions from
 //!   Kubernetes objects.
 //! - [`push_context`]: the immutable snapshot of the mesh and its pure builder.
+//! - [`cli`]: command-line pieces both binaries share.
 //! - [`config`]: object identity and the errors reported about objects.
 //! - [`mesh_config`]: the MeshConfig subset Pilotfish honours.
 //! - [`codec`]: the snapshot blob format (protobuf + zstd + header).
@@ -18,6 +19,7 @@
 
 pub mod api;
 pub mod bus;
+pub mod cli;
 pub mod codec;
 pub mod config;
 pub mod mesh_config;

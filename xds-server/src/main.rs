@@ -18,8 +18,8 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use pilotfish_shared::api;
 use pilotfish_shared::bus::memory::MemoryBus;
-use pilotfish_shared::bus::redis::RedisConfig;
 use pilotfish_shared::bus::{BusError, Follower, PublishOutcome};
+use pilotfish_shared::cli::{RedisArgs, replica_name};
 use pilotfish_shared::codec::{self, DecodeLimits};
 use pilotfish_shared::mesh_config::MeshConfig;
 use pilotfish_shared::pipeline::folder::{FolderLoop, FolderObserver};
@@ -55,18 +55,9 @@ struct Cli {
         required_unless_present = "redis_url"
     )]
     config_dir: Option<PathBuf>,
-    /// Follow snapshots in Redis: redis://[user@]host:port[/db], rediss://... (TLS) or unix:///path.
-    #[arg(long, env = "PILOTFISH_REDIS_URL")]
-    redis_url: Option<String>,
-    /// Key prefix in Redis.
-    #[arg(long, env = "PILOTFISH_REDIS_PREFIX", default_value = RedisConfig::DEFAULT_PREFIX)]
-    redis_prefix: String,
-    /// File holding the Redis password (else PILOTFISH_REDIS_PASSWORD; never a flag).
-    #[arg(long, env = "PILOTFISH_REDIS_PASSWORD_FILE")]
-    redis_password_file: Option<PathBuf>,
-    /// PEM CA certificate(s) to trust for rediss:// (a private CA).
-    #[arg(long, env = "PILOTFISH_REDIS_CA_FILE")]
-    redis_ca_file: Option<PathBuf>,
+    /// Follow snapshots in Redis.
+    #[command(flatten)]
+    redis: RedisArgs,
     /// How often to re-read `latest` without a notification (heals lost messages).
     #[arg(long, env = "PILOTFISH_REDIS_RESYNC", default_value = "10s")]
     redis_resync: api::Duration,
@@ -116,17 +107,6 @@ struct Cli {
     log_format: LogFormat,
 }
 
-fn replica_name(flag: Option<String>) -> String {
-    flag.or_else(|| std::env::var("HOSTNAME").ok())
-        .or_else(|| {
-            std::fs::read_to_string("/etc/hostname")
-                .ok()
-                .map(|h| h.trim().to_string())
-        })
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "pilotfish-xds".to_string())
-}
-
 /// Logs the standalone folder's publishes (the in-memory bus never fails or fences).
 struct StandaloneLog;
 
@@ -141,7 +121,7 @@ impl FolderObserver for StandaloneLog {
 }
 
 async fn run(cli: Cli) -> Result<ExitCode> {
-    let replica = replica_name(cli.replica_name.clone());
+    let replica = replica_name(cli.replica_name.clone(), "pilotfish-xds");
     metrics::register_all();
     let limits = DecodeLimits {
         max_blob_bytes: cli.max_blob_bytes,
@@ -150,7 +130,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     let decode = move |bytes: &[u8]| codec::decode(bytes, &limits).map(Arc::new);
     let mut tasks = Supervisor::new();
 
-    let follower: Follower<Arc<PushContext>> = match (&cli.config_dir, &cli.redis_url) {
+    let follower: Follower<Arc<PushContext>> = match (&cli.config_dir, cli.redis.config()?) {
         (Some(dir), _) => {
             let mesh =
                 MeshConfig::load(cli.mesh_config.as_deref()).context("invalid --mesh-config")?;
@@ -177,15 +157,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             });
             follower
         }
-        (None, Some(url)) => {
-            let mut config = RedisConfig::new(url)?
-                .with_prefix(&cli.redis_prefix)
-                .with_password_from(cli.redis_password_file.as_deref())?
+        (None, Some(config)) => {
+            let config = config
                 .with_resync_interval(cli.redis_resync.as_std())
                 .with_max_blob_bytes(cli.max_blob_bytes as u64);
-            if let Some(ca) = &cli.redis_ca_file {
-                config = config.with_tls_ca_file(ca)?;
-            }
             tracing::info!(redis = %config, "following snapshots in Redis");
             let (follower, follow_task) = pilotfish_shared::bus::redis::follow(config, decode)?;
             tasks.spawn_background("snapshot follower", follow_task.join());

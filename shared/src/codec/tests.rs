@@ -8,7 +8,7 @@ use prost::Message;
 
 use super::*;
 use crate::model::{
-    Endpoint, EndpointHealth, ExportTo, Locality, PortEndpoints, Protocol, Resolution, Service,
+    Endpoint, EndpointHealth, ExportTo, Locality, PortEndpoints, Resolution, Service,
     ServiceEndpoints, ServiceOrigin, ServicePort, TargetPort,
 };
 use crate::push_context::{self, MeshData, PushContext};
@@ -155,20 +155,7 @@ fn service_strategy() -> impl Strategy<Value = Service> {
                     .map(|(port, proto, target)| ServicePort {
                         name: format!("p{port}"),
                         port,
-                        protocol: [
-                            Protocol::Http,
-                            Protocol::Http2,
-                            Protocol::Grpc,
-                            Protocol::GrpcWeb,
-                            Protocol::Https,
-                            Protocol::Tls,
-                            Protocol::Tcp,
-                            Protocol::Udp,
-                            Protocol::Mongo,
-                            Protocol::Mysql,
-                            Protocol::Redis,
-                            Protocol::Unsupported,
-                        ][proto],
+                        protocol: crate::model::ALL_PROTOCOLS[proto],
                         target_port: target.map(TargetPort::Number),
                     })
                     .collect(),

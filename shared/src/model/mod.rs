@@ -12,5 +12,5 @@ pub use endpoint::{
 pub use kube::PodInfo;
 pub use proxy::{Proxy, ProxyGenerator, ProxyType};
 pub use service::{
-    ExportTo, Protocol, Resolution, Service, ServiceOrigin, ServicePort, TargetPort,
+    ALL_PROTOCOLS, ExportTo, Protocol, Resolution, Service, ServiceOrigin, ServicePort, TargetPort,
 };

@@ -109,7 +109,8 @@ impl Protocol {
     }
 }
 
-const ALL_PROTOCOLS: [Protocol; 12] = [
+/// Every protocol, in declaration order.
+pub const ALL_PROTOCOLS: [Protocol; 12] = [
     Protocol::Http,
     Protocol::Http2,
     Protocol::Grpc,

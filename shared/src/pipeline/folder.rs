@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::supervise::sleep_until_opt;
 use tokio::time::Instant;
 
 use super::debounce::{ChangeClass, Debouncer};
@@ -161,14 +162,6 @@ async fn take_epoch_with_retry(pipeline: &Pipeline) -> u64 {
                 attempt += 1;
             }
         }
-    }
-}
-
-/// Sleeps until `at`, or forever when `None` (a disabled `select!` branch).
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

@@ -137,14 +137,8 @@ impl Pipeline {
         for f in findings.iter().filter(|f| f.is_error()) {
             invalid.entry(f.key.kind).or_default().insert(&f.key);
         }
-        for kind in [
-            ConfigKind::VirtualService,
-            ConfigKind::DestinationRule,
-            ConfigKind::ServiceEntry,
-            ConfigKind::Service,
-            ConfigKind::EndpointSlice,
-            ConfigKind::Pod,
-        ] {
+        // Every kind, so a kind whose last invalid object was fixed goes back to 0.
+        for kind in ConfigKind::ALL {
             let n = invalid.get(&kind).map(BTreeSet::len).unwrap_or(0);
             metrics::INVALID_CONFIGS
                 .with_label_values(&[kind.as_str()])

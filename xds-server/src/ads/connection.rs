@@ -19,6 +19,7 @@ use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use pilotfish_shared::supervise::sleep_until_opt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -219,14 +220,6 @@ async fn serve_one(
     // ... and the socket closes once they are written, or after the close grace.
     let _ = tokio::time::timeout(policy.close_grace, &mut conn).await;
     metrics::ADS_CONNECTIONS.dec();
-}
-
-/// Sleeps until `at`, or forever when `None`.
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }
 
 #[cfg(test)]
