@@ -70,18 +70,38 @@ async fn syncz(State(ctx): State<AdminContext>) -> Response {
 }
 
 async fn push_status(State(ctx): State<AdminContext>) -> Response {
-    // How many open streams have already been served each snapshot.
+    // How many open streams have already been served each snapshot; for a snapshot every
+    // open stream was served, how long after its arrival the last response went out.
     let streams = ctx.registry.streams();
     let pushes: Vec<_> = ctx
         .feed
         .history()
         .into_iter()
         .map(|p| {
-            let served = streams
+            let served: Vec<_> = streams
                 .iter()
                 .filter(|s| s.snapshot_version >= Some(p.version))
-                .count();
-            json!({"push": p, "streams_served": served, "streams_open": streams.len()})
+                .collect();
+            let last_sent = served
+                .iter()
+                .filter(|s| s.snapshot_version == Some(p.version))
+                .flat_map(|s| {
+                    s.types
+                        .iter()
+                        .filter_map(|t| t.last_sent.as_ref().map(|l| l.at))
+                })
+                .filter(|at| *at >= p.received)
+                .max();
+            let pushed_to_all_ms = (served.len() == streams.len())
+                .then(|| last_sent.and_then(|at| at.duration_since(p.received).ok()))
+                .flatten()
+                .map(|d| d.as_secs_f64() * 1000.0);
+            json!({
+                "push": p,
+                "streams_served": served.len(),
+                "streams_open": streams.len(),
+                "pushed_to_all_ms": pushed_to_all_ms,
+            })
         })
         .collect();
     axum::Json(json!({"replica": ctx.replica_name, "pushes": pushes})).into_response()

@@ -27,6 +27,9 @@ pub struct PushRecord {
     /// `full` or `endpoints` (the trigger, as the engine sees it).
     pub change: &'static str,
     pub received_at: String,
+    /// `received_at` as a time, for the push duration on the debug page.
+    #[serde(skip)]
+    pub received: SystemTime,
     /// Streams open when it arrived.
     pub streams_at_arrival: usize,
     /// From the follower delivering it to the engine seeing it, in milliseconds.
@@ -112,6 +115,7 @@ pub async fn run(
                     ChangeKind::Full => "full",
                 },
                 received_at: format_rfc3339(SystemTime::now()),
+                received: SystemTime::now(),
                 streams_at_arrival: registry.len(),
                 handoff_ms: arrived.elapsed().as_secs_f64() * 1000.0,
                 broken_references: None,
