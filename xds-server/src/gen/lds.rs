@@ -48,7 +48,8 @@ use super::metrics::UNRESOLVED_DESTINATIONS;
 use super::names;
 use super::plan::{ClusterPlan, OutboundPlan};
 use super::route::{
-    CORS_FILTER, FAULT_FILTER, ROUTER_FILTER, RouteEnv, http_filter, normalized_weights,
+    CORS_FILTER, FAULT_FILTER, ROUTER_FILTER, RouteEnv, destination_cluster, http_filter,
+    normalized_weights,
 };
 use super::scope::{Flavor, InboundPort};
 use super::util::{ads_config_source, any, bool_value, u32_value, zero_duration};
@@ -296,22 +297,11 @@ fn tcp_route_applies(r: &TcpRoute, proxy: &Proxy, port: u32) -> bool {
 
 /// A TCP destination's cluster; one the proxy does not have becomes `BlackHoleCluster`.
 fn resolve_tcp(env: &RouteEnv<'_>, dest: &pilotfish_shared::api::Destination) -> String {
-    let port = match &dest.port {
-        Some(p) => p.number,
-        None => env
-            .push
-            .service_for(&dest.host, &env.proxy.namespace)
-            .and_then(|s| (s.ports.len() == 1).then(|| s.ports[0].port))
-            .unwrap_or(env.port),
-    };
-    let name = names::outbound_cluster(port, dest.subset.as_deref().unwrap_or(""), &dest.host);
-    if env.plan.contains(&name) {
-        name
-    } else {
+    destination_cluster(env, dest).unwrap_or_else(|name| {
         tracing::warn!(cluster = %name, "TCP route destination has no cluster for this proxy; connections are refused");
         UNRESOLVED_DESTINATIONS.with_label_values(&["tcp"]).inc();
         names::BLACKHOLE_CLUSTER.to_string()
-    }
+    })
 }
 
 fn tcp_proxy_filter(

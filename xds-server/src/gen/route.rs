@@ -492,8 +492,12 @@ pub fn normalized_weights(weights: &[Option<i32>]) -> Vec<u32> {
     given
 }
 
-/// The cluster a destination names for this proxy, when the proxy has it.
-fn resolve(env: &RouteEnv<'_>, dest: &Destination) -> Option<String> {
+/// The cluster a destination names: `Ok` when this proxy has it, else `Err` with the
+/// name (HTTP routes answer 503 for it, TCP routes send it to `BlackHoleCluster`).
+pub(crate) fn destination_cluster(
+    env: &RouteEnv<'_>,
+    dest: &Destination,
+) -> Result<String, String> {
     let port = match &dest.port {
         Some(p) => p.number,
         None => env
@@ -504,16 +508,24 @@ fn resolve(env: &RouteEnv<'_>, dest: &Destination) -> Option<String> {
     };
     let name = names::outbound_cluster(port, dest.subset.as_deref().unwrap_or(""), &dest.host);
     if env.plan.contains(&name) {
-        Some(name)
+        Ok(name)
     } else {
-        tracing::warn!(
-            cluster = %name,
-            namespace = %env.proxy.namespace,
-            "route destination has no cluster for this proxy (unknown or invisible host or port); it answers 503"
-        );
-        UNRESOLVED_DESTINATIONS.with_label_values(&["http"]).inc();
-        None
+        Err(name)
     }
+}
+
+/// The cluster a destination names for this proxy, when the proxy has it.
+fn resolve(env: &RouteEnv<'_>, dest: &Destination) -> Option<String> {
+    destination_cluster(env, dest)
+        .map_err(|name| {
+            tracing::warn!(
+                cluster = %name,
+                namespace = %env.proxy.namespace,
+                "route destination has no cluster for this proxy (unknown or invisible host or port); it answers 503"
+            );
+            UNRESOLVED_DESTINATIONS.with_label_values(&["http"]).inc();
+        })
+        .ok()
 }
 
 fn apply_headers(h: &Headers, out: &mut TranslatedAction, host_rewrite: &mut Option<String>) {
