@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates (or with --check, verifies) xds-server/src/gen/envoy-descriptors.bin: the
+# Regenerates (or with --check, verifies) xds-server/src/generate/envoy-descriptors.bin: the
 # FileDescriptorSet pilotfish-xds embeds to print Envoy messages as proto JSON (golden
 # files, config_dump). It is derived from the descriptor set the `envoy-types` crate ships
 # (`src/generated/types.bin`), so the JSON mapping always matches the Rust types we encode
@@ -12,4 +12,4 @@ manifest=$(cargo metadata --format-version 1 --locked 2>/dev/null |
 types_bin="$(dirname "$manifest")/src/generated/types.bin"
 [ -f "$types_bin" ] || { echo "no descriptor set at $types_bin" >&2; exit 1; }
 bash scripts/deps/python-pgv.sh
-exec .venv-pgv/bin/python scripts/envoy_descriptors.py "$types_bin" xds-server/src/gen/envoy-descriptors.bin "$@"
+exec .venv-pgv/bin/python scripts/envoy_descriptors.py "$types_bin" xds-server/src/generate/envoy-descriptors.bin "$@"

@@ -17,7 +17,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::feed::FeedState;
-use crate::r#gen::config_dump;
+use crate::generate::config_dump;
 use crate::registry::ConnectionRegistry;
 
 /// What the admin pages read.

@@ -13,7 +13,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::ads::{ChangeKind, XdsSnapshot};
-use crate::r#gen::{GeneratedSnapshot, change_kind, check_snapshot};
+use crate::generate::{GeneratedSnapshot, change_kind, check_snapshot};
 use crate::registry::{ConnectionRegistry, format_rfc3339};
 
 /// Pushes remembered for `/debug/push_status`.

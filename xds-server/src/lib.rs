@@ -9,14 +9,14 @@
 //! - [`metrics`]: the Prometheus metrics, under Istio's names.
 //! - [`feed`]: bus follower → generated snapshots → the engine, with the push history.
 //! - [`admin`]: the admin HTTP server and its debug pages.
-//! - [`gen`]: the generators (CDS/EDS/LDS/RDS from the mesh model, sidecar and proxyless)
-//!   and [`gen::GeneratedSnapshot`], which implements [`ads::XdsSnapshot`]; the engine does
+//! - [`generate`]: the generators (CDS/EDS/LDS/RDS from the mesh model, sidecar and proxyless)
+//!   and [`generate::GeneratedSnapshot`], which implements [`ads::XdsSnapshot`]; the engine does
 //!   not depend on them.
 
 pub mod admin;
 pub mod ads;
 pub mod feed;
-pub mod r#gen;
+pub mod generate;
 pub mod metrics;
 pub mod node;
 pub mod push;

@@ -147,7 +147,7 @@ pub fn register_all() {
     LazyLock::force(&ADS_CONNECTIONS);
     LazyLock::force(&ADS_CONNECTIONS_ENDED);
     LazyLock::force(&STREAMS_REFUSED);
-    crate::r#gen::metrics::register_all();
+    crate::generate::metrics::register_all();
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use pilotfish_shared::source::{parse_text, to_inputs};
 use pilotfish_xds::ads::{
     CLUSTER_TYPE, ChangeKind, LISTENER_TYPE, ROUTE_TYPE, XdsSnapshot, XdsType,
 };
-use pilotfish_xds::r#gen::{GeneratedSnapshot, change_kind, check_snapshot, config_dump};
+use pilotfish_xds::generate::{GeneratedSnapshot, change_kind, check_snapshot, config_dump};
 use prost::Message;
 
 use super::golden::case_snapshot;

@@ -25,7 +25,7 @@ use pilotfish_shared::model::{Proxy, ProxyGenerator};
 use pilotfish_shared::push_context::{BuildInputs, build};
 use pilotfish_shared::source::{MeshObject, parse_text, to_inputs};
 use pilotfish_xds::ads::{ChangeKind, XdsType};
-use pilotfish_xds::r#gen::{GeneratedSnapshot, check_view, resources_json, view_of};
+use pilotfish_xds::generate::{GeneratedSnapshot, check_view, resources_json, view_of};
 use prost::{Message, Name};
 
 /// Every golden case: its folder, where its input lives (relative to the workspace; the

@@ -171,7 +171,7 @@ fn any(mut buf: &[u8], out: &mut Vec<u8>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::r#gen::util::any as pack;
+    use crate::generate::util::any as pack;
     use envoy_types::pb::envoy::config::route::v3::{Route, RouteConfiguration, VirtualHost};
     use envoy_types::pb::envoy::extensions::filters::http::fault::v3::HttpFault;
     use prost::{Message, Name};
