@@ -16,9 +16,9 @@ use pilotfish_shared::telemetry;
 use serde_json::json;
 use tokio::net::TcpListener;
 
+use crate::ads::ConnectionRegistry;
 use crate::feed::FeedState;
 use crate::generate::config_dump;
-use crate::registry::ConnectionRegistry;
 
 /// What the admin pages read.
 #[derive(Clone)]

@@ -12,9 +12,9 @@ use pilotfish_shared::push_context::PushContext;
 use serde::Serialize;
 use tokio::sync::watch;
 
+use crate::ads::ConnectionRegistry;
 use crate::ads::{ChangeKind, XdsSnapshot};
 use crate::generate::{GeneratedSnapshot, change_kind, check_snapshot};
-use crate::registry::{ConnectionRegistry, format_rfc3339};
 
 /// Pushes remembered for `/debug/push_status`.
 const HISTORY: usize = 32;
@@ -114,7 +114,7 @@ pub async fn run(
                     ChangeKind::EndpointsOnly => "endpoints",
                     ChangeKind::Full => "full",
                 },
-                received_at: format_rfc3339(SystemTime::now()),
+                received_at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
                 received: SystemTime::now(),
                 streams_at_arrival: registry.len(),
                 handoff_ms: arrived.elapsed().as_secs_f64() * 1000.0,

@@ -2,10 +2,9 @@
 //!
 //! - [`ads`]: the ADS protocol engine — per-stream SotW and delta state machines, the
 //!   tonic service and [`ads::serve`] — and its seam to the resource generators
-//!   ([`ads::XdsSnapshot`], [`ads::Resource`]).
+//!   ([`ads::XdsSnapshot`], [`ads::Resource`]); also the registry of open streams
+//!   (`/debug/adsz`, `/debug/syncz`) and push admission.
 //! - [`node`]: Istio node id and metadata → [`pilotfish_shared::model::Proxy`].
-//! - [`registry`]: open streams and their per-type state, for `/debug/adsz` and `/debug/syncz`.
-//! - [`push`]: bounded push admission (full and endpoints-only pools).
 //! - [`metrics`]: the Prometheus metrics, under Istio's names.
 //! - [`feed`]: bus follower → generated snapshots → the engine, with the push history.
 //! - [`admin`]: the admin HTTP server and its debug pages.
@@ -19,5 +18,3 @@ pub mod feed;
 pub mod generate;
 pub mod metrics;
 pub mod node;
-pub mod push;
-pub mod registry;

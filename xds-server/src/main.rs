@@ -28,10 +28,10 @@ use pilotfish_shared::push_context::{BuildInputs, PushContext};
 use pilotfish_shared::supervise::{Supervisor, run_main};
 use pilotfish_shared::telemetry::{self, LogFormat};
 use pilotfish_xds::admin::{self, AdminContext};
+use pilotfish_xds::ads::ConnectionRegistry;
 use pilotfish_xds::ads::{self, AdsConfig, ConnectionPolicy, XdsSnapshot};
 use pilotfish_xds::feed::{self, FeedState};
 use pilotfish_xds::metrics;
-use pilotfish_xds::registry::ConnectionRegistry;
 use tokio::net::TcpListener;
 
 #[derive(Parser, Debug)]

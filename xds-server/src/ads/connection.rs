@@ -15,7 +15,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryServiceServer;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
+    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
+};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -27,11 +29,9 @@ use tokio::time::Instant;
 use tonic::transport::server::TcpConnectInfo;
 use tracing::{debug, info, warn};
 
-use super::AdsServer;
 use crate::metrics;
 
-type AdsService = AggregatedDiscoveryServiceServer<AdsServer>;
-type HyperAds = TowerToHyperService<AdsService>;
+type HyperAds<A> = TowerToHyperService<AggregatedDiscoveryServiceServer<A>>;
 
 /// How connections are kept and ended.
 #[derive(Clone, Debug)]
@@ -90,16 +90,18 @@ impl ConnectionClosing {
 /// The ADS service with the connection's closing signal and peer address added to each
 /// request (what tonic's own server would add as `TcpConnectInfo`).
 #[derive(Clone)]
-struct WithConnection {
-    inner: HyperAds,
+struct WithConnection<A> {
+    inner: HyperAds<A>,
     closing: watch::Receiver<bool>,
     info: TcpConnectInfo,
 }
 
-impl hyper::service::Service<hyper::Request<Incoming>> for WithConnection {
-    type Response = <HyperAds as hyper::service::Service<hyper::Request<Incoming>>>::Response;
-    type Error = <HyperAds as hyper::service::Service<hyper::Request<Incoming>>>::Error;
-    type Future = <HyperAds as hyper::service::Service<hyper::Request<Incoming>>>::Future;
+impl<A: AggregatedDiscoveryService> hyper::service::Service<hyper::Request<Incoming>>
+    for WithConnection<A>
+{
+    type Response = <HyperAds<A> as hyper::service::Service<hyper::Request<Incoming>>>::Response;
+    type Error = <HyperAds<A> as hyper::service::Service<hyper::Request<Incoming>>>::Error;
+    type Future = <HyperAds<A> as hyper::service::Service<hyper::Request<Incoming>>>::Future;
 
     fn call(&self, mut req: hyper::Request<Incoming>) -> Self::Future {
         req.extensions_mut()
@@ -112,9 +114,9 @@ impl hyper::service::Service<hyper::Request<Incoming>> for WithConnection {
 /// Serves `service` on `listener` until `drain` carries a grace period; then stops
 /// accepting, ends every connection at a random moment within the grace, and returns
 /// once all are closed (or the grace and close grace are over).
-pub(crate) async fn serve_connections(
+pub(crate) async fn serve_connections<A: AggregatedDiscoveryService>(
     listener: TcpListener,
-    service: AdsService,
+    service: AggregatedDiscoveryServiceServer<A>,
     policy: ConnectionPolicy,
     mut drain: watch::Receiver<Option<Duration>>,
 ) {
@@ -155,10 +157,10 @@ pub(crate) async fn serve_connections(
     connections.abort_all();
 }
 
-async fn serve_one(
+async fn serve_one<A: AggregatedDiscoveryService>(
     tcp: TcpStream,
     peer: SocketAddr,
-    service: AdsService,
+    service: AggregatedDiscoveryServiceServer<A>,
     policy: ConnectionPolicy,
     mut drain: watch::Receiver<Option<Duration>>,
 ) {

@@ -22,12 +22,12 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 };
 use pilotfish_shared::model::Proxy;
 
-use super::resource::{ChangeKind, Resource, XdsSnapshot};
+use super::resource::{ChangeKind, Resource, XdsSnapshot, to_envoy_any};
+use super::state::{AckStatus, NackStatus, TypeStatus};
 use super::state::{
     NonceSource, Output, ProtocolEvent, SentRecord, TypeRecord, served_type, view_version,
 };
 use super::types::XdsType;
-use crate::registry::{AckStatus, NackStatus, TypeStatus};
 
 #[derive(Debug, Default)]
 struct DeltaType {
@@ -312,7 +312,7 @@ impl DeltaStream {
                 .map(|r| WireResource {
                     name: r.name.clone(),
                     version: r.version.clone(),
-                    resource: Some(super::to_envoy_any(&r.body)),
+                    resource: Some(to_envoy_any(&r.body)),
                     ..Default::default()
                 })
                 .collect(),

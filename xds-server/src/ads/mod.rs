@@ -6,11 +6,15 @@
 //!   [`MapSnapshot`] is a map-backed one for tests and load tools.
 //! - [`SotwStream`], [`DeltaStream`]: the per-stream protocol state machines.
 //! - [`AdsServer`] (the tonic service), [`AdsConfig`], and [`serve`] to run it on a listener.
+//! - [`ConnectionRegistry`]: the open streams and their per-type status records
+//!   ([`TypeStatus`]: last sent, ACK, NACK), for `/debug/adsz` and `/debug/syncz`.
 //! - [`XdsType`] and the four served type URLs.
 
 mod connection;
 mod delta;
 mod map_snapshot;
+mod push;
+mod registry;
 mod resource;
 mod service;
 mod sotw;
@@ -24,22 +28,16 @@ use tokio::net::TcpListener;
 pub use connection::{ConnectionClosing, ConnectionPolicy};
 pub use delta::DeltaStream;
 pub use map_snapshot::MapSnapshot;
+pub use registry::{
+    ConnectionRegistry, StreamHandle, StreamMode, StreamStatus, SyncStatus, TypeSync,
+};
 pub use resource::{ChangeKind, Resource, SnapshotReceiver, XdsSnapshot, content_version};
 pub use service::{AdsConfig, AdsError, AdsServer};
 pub use sotw::SotwStream;
-pub use state::{Output, ProtocolEvent, Subscription, WILDCARD};
+pub use state::{
+    AckStatus, NackStatus, Output, ProtocolEvent, SentStatus, Subscription, TypeStatus, WILDCARD,
+};
 pub use types::{CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, XdsType};
-
-use crate::registry::ConnectionRegistry;
-
-/// Copies a resource body into the Any type of the Envoy messages (`envoy-types` carries
-/// its own `google.protobuf.Any`).
-pub(crate) fn to_envoy_any(body: &prost_types::Any) -> envoy_types::pb::google::protobuf::Any {
-    envoy_types::pb::google::protobuf::Any {
-        type_url: body.type_url.clone(),
-        value: body.value.clone(),
-    }
-}
 
 /// Serves ADS on `listener` until `shutdown` completes; then drains: new streams are
 /// refused, the listener closes, and every connection ends (GOAWAY, its streams end with

@@ -73,6 +73,15 @@ pub trait XdsSnapshot: Send + Sync + 'static {
     fn change_since(&self, previous: u64) -> ChangeKind;
 }
 
+/// Copies a resource body into the Any type of the Envoy messages (`envoy-types` carries
+/// its own `google.protobuf.Any`).
+pub(crate) fn to_envoy_any(body: &prost_types::Any) -> envoy_types::pb::google::protobuf::Any {
+    envoy_types::pb::google::protobuf::Any {
+        type_url: body.type_url.clone(),
+        value: body.value.clone(),
+    }
+}
+
 /// What the engine receives: `None` until the first snapshot is loaded.
 pub type SnapshotReceiver = tokio::sync::watch::Receiver<Option<Arc<dyn XdsSnapshot>>>;
 

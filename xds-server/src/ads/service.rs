@@ -23,14 +23,15 @@ use tracing::{Instrument, debug, info, warn};
 
 use super::connection::{ConnectionClosing, ConnectionPolicy};
 use super::delta::DeltaStream;
+use super::push::{PushLimiter, StreamRate};
+use super::registry::{ConnectionRegistry, StreamHandle, StreamMode, StreamStatus};
 use super::resource::{SnapshotReceiver, XdsSnapshot};
 use super::sotw::SotwStream;
+use super::state::TypeStatus;
 use super::state::{Output, ProtocolEvent};
 use super::types::XdsType;
 use crate::metrics;
 use crate::node::{ParsedNode, parse_node};
-use crate::push::{PushLimiter, StreamRate};
-use crate::registry::{ConnectionRegistry, StreamHandle, StreamMode, StreamStatus, TypeStatus};
 
 /// Settings of the ADS engine.
 #[derive(Clone, Debug)]
@@ -72,7 +73,7 @@ impl Default for AdsConfig {
     }
 }
 
-/// Why [`super::serve`] stopped.
+/// Why the ADS server (`ads::serve`) stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum AdsError {
     #[error("ADS gRPC server failed: {0}")]

@@ -24,12 +24,12 @@ use envoy_types::pb::envoy::config::core::v3::ControlPlane;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use pilotfish_shared::model::Proxy;
 
-use super::resource::{ChangeKind, Resource, XdsSnapshot};
+use super::resource::{ChangeKind, Resource, XdsSnapshot, to_envoy_any};
+use super::state::{AckStatus, NackStatus, TypeStatus};
 use super::state::{
     NonceSource, Output, ProtocolEvent, SentRecord, TypeRecord, served_type, view_version,
 };
 use super::types::XdsType;
-use crate::registry::{AckStatus, NackStatus, TypeStatus};
 
 /// Per type: the protocol record and what the client holds (the content of its last ACK).
 #[derive(Debug, Default)]
@@ -289,7 +289,7 @@ impl SotwStream {
             resources: content
                 .resources
                 .iter()
-                .map(|r| super::to_envoy_any(&r.body))
+                .map(|r| to_envoy_any(&r.body))
                 .collect(),
             type_url: xds_type.type_url().to_string(),
             nonce: nonce.clone(),

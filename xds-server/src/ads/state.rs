@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use serde::{Serialize, Serializer};
 use sha2::{Digest, Sha256};
 
 use super::types::XdsType;
-use crate::registry::{AckStatus, NackStatus, SentStatus, TypeStatus};
 
 /// The name that subscribes to every resource of a type.
 pub const WILDCARD: &str = "*";
@@ -79,7 +79,7 @@ impl Subscription {
         (unsubscribed, changed)
     }
 
-    /// The `names` argument for [`super::XdsSnapshot::resources`]: `None` for wildcard.
+    /// The `names` argument for [`XdsSnapshot::resources`](super::resource::XdsSnapshot::resources): `None` for wildcard.
     pub fn query(&self) -> Option<&BTreeSet<String>> {
         if self.wildcard {
             None
@@ -147,6 +147,86 @@ impl TypeRecord {
             client_holds: holds,
         }
     }
+}
+
+/// The last response sent for one type on one stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SentStatus {
+    /// SotW `version_info`, or delta `system_version_info` (hash of what the client holds).
+    pub version: String,
+    pub nonce: String,
+    #[serde(serialize_with = "rfc3339")]
+    pub at: SystemTime,
+    pub resources: usize,
+    pub removed: usize,
+}
+
+/// The last ACK of one type on one stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AckStatus {
+    pub version: String,
+    pub nonce: String,
+    #[serde(serialize_with = "rfc3339")]
+    pub at: SystemTime,
+}
+
+/// The last NACK of one type on one stream: kept until the stream ends, so an operator
+/// sees why a proxy rejected its configuration even after later successes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct NackStatus {
+    /// The version the client reports it still runs (its last good one).
+    pub version: String,
+    pub nonce: String,
+    pub detail: String,
+    #[serde(serialize_with = "rfc3339")]
+    pub at: SystemTime,
+}
+
+/// One type URL on one stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TypeStatus {
+    pub type_url: String,
+    pub wildcard: bool,
+    /// Explicitly subscribed names (may include names that do not exist yet).
+    pub subscribed: Vec<String>,
+    pub last_sent: Option<SentStatus>,
+    pub last_ack: Option<AckStatus>,
+    pub last_nack: Option<NackStatus>,
+    /// How many resources of this type the client holds, as far as the server knows.
+    pub client_holds: usize,
+}
+
+impl TypeStatus {
+    /// Istio's sync states: `SYNCED` (latest response ACKed), `NACKED`, `STALE` (sent,
+    /// not answered yet) or `NOT_SENT`.
+    pub fn sync_state(&self) -> &'static str {
+        match &self.last_sent {
+            None => "NOT_SENT",
+            Some(sent)
+                if self
+                    .last_ack
+                    .as_ref()
+                    .is_some_and(|a| a.nonce == sent.nonce) =>
+            {
+                "SYNCED"
+            }
+            Some(sent)
+                if self
+                    .last_nack
+                    .as_ref()
+                    .is_some_and(|n| n.nonce == sent.nonce) =>
+            {
+                "NACKED"
+            }
+            Some(_) => "STALE",
+        }
+    }
+}
+
+/// Serializes a time as RFC 3339 UTC with milliseconds, e.g. `2025-01-31T12:00:00.123Z`
+/// (what the debug pages show).
+pub(crate) fn rfc3339<S: Serializer>(at: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(&humantime::format_rfc3339_millis(*at))
 }
 
 /// Something a state machine observed that the stream loop turns into logs and metrics.
@@ -239,7 +319,7 @@ impl NonceSource {
 pub(crate) struct DuplicatingSnapshot;
 
 #[cfg(test)]
-impl super::XdsSnapshot for DuplicatingSnapshot {
+impl super::resource::XdsSnapshot for DuplicatingSnapshot {
     fn version(&self) -> u64 {
         1
     }
@@ -248,7 +328,7 @@ impl super::XdsSnapshot for DuplicatingSnapshot {
         _proxy: &pilotfish_shared::model::Proxy,
         type_url: &str,
         _names: Option<&BTreeSet<String>>,
-    ) -> Vec<Arc<super::Resource>> {
+    ) -> Vec<Arc<super::resource::Resource>> {
         [b"one", b"two"]
             .iter()
             .map(|payload| {
@@ -256,18 +336,36 @@ impl super::XdsSnapshot for DuplicatingSnapshot {
                     type_url: type_url.to_string(),
                     value: payload.to_vec(),
                 };
-                Arc::new(super::Resource::new("dup", body))
+                Arc::new(super::resource::Resource::new("dup", body))
             })
             .collect()
     }
-    fn change_since(&self, _previous: u64) -> super::ChangeKind {
-        super::ChangeKind::Full
+    fn change_since(&self, _previous: u64) -> super::resource::ChangeKind {
+        super::resource::ChangeKind::Full
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn times_show_as_rfc3339_with_milliseconds() {
+        let at = |t: SystemTime| {
+            let ack = AckStatus {
+                version: "v".into(),
+                nonce: "1".into(),
+                at: t,
+            };
+            serde_json::to_value(ack).unwrap()["at"].clone()
+        };
+        assert_eq!(at(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let t = UNIX_EPOCH + Duration::from_millis(951_782_400_123); // leap day 2000
+        assert_eq!(at(t), "2000-02-29T00:00:00.123Z");
+        let t = UNIX_EPOCH + Duration::from_secs(1_767_225_599); // last second of 2025
+        assert_eq!(at(t), "2025-12-31T23:59:59.000Z");
+    }
 
     fn names(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()

@@ -7,17 +7,18 @@
 //!   caches each part per scope for the snapshot's lifetime. [`change_kind`] tells the
 //!   publisher whether a new PushContext needs a full push or EDS only.
 //! - [`config_dump`], [`resources_json`]: what a proxy receives, as proto JSON.
-//! - [`check_snapshot`] / [`check_view`]: the cross-reference check (`Consistent()`).
+//! - [`check_snapshot`] / [`check_view`]: the cross-reference audit (`Consistent()`).
 //! - [`metrics::register_all`]: the generators' metrics.
 //!
 //! Layout: [`scope`] (what a proxy's output depends on), [`plan`] (the outbound clusters
 //! every type is derived from), [`policy`] (DestinationRule merge), [`cds`], [`eds`],
 //! [`lds`], [`rds`] with [`route`] (VirtualService translation) and [`tls`], [`names`]
-//! (Istio's resource names and domains), [`util`], [`json`], [`consistency`].
+//! (Istio's resource names and domains), [`util`], [`json`]; [`sanitize`] replaces a broken
+//! reference in a generated part, [`audit`] (above the snapshot) checks whole snapshots.
 
+pub mod audit;
 pub mod canonical;
 pub mod cds;
-pub mod consistency;
 pub mod descriptors;
 pub mod eds;
 pub mod json;
@@ -28,12 +29,13 @@ pub mod plan;
 pub mod policy;
 pub mod rds;
 pub mod route;
+pub mod sanitize;
 pub mod scope;
 pub mod snapshot;
 pub mod tls;
 pub mod util;
 
-pub use consistency::{BrokenReference, View, check_snapshot, check_view, view_of};
+pub use audit::{BrokenReference, View, check_snapshot, check_view, view_of};
 pub use json::{JsonError, config_dump, resource_json, resources_json, to_json};
 pub use scope::{Flavor, Scope};
 pub use snapshot::{GeneratedSnapshot, ResourceMap, change_kind};

@@ -19,9 +19,9 @@ use pilotfish_shared::push_context::{PushContext, diff};
 use crate::ads::{ChangeKind, Resource, XdsSnapshot, XdsType};
 
 use super::canonical::canonicalize;
-use super::consistency::{sanitize_listeners, sanitize_routes};
 use super::metrics::GENERATIONS;
 use super::plan::{OutboundPlan, outbound_plan};
+use super::sanitize::{sanitize_listeners, sanitize_routes};
 use super::scope::{Flavor, Part, Scope, ScopeIndex};
 use super::util::resource_any;
 use super::{cds, eds, lds, rds};

@@ -10,8 +10,8 @@ use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
 use envoy_types::pb::google::rpc::Status as RpcStatus;
+use pilotfish_xds::ads::ConnectionRegistry;
 use pilotfish_xds::ads::{self, AdsConfig, MapSnapshot, XdsSnapshot};
-use pilotfish_xds::registry::ConnectionRegistry;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;

@@ -1,14 +1,11 @@
-//! Reference checks over generated resources, go-control-plane's `Consistent()` for our
-//! snapshots: every cluster a route or listener names is in CDS, every route
-//! configuration a listener asks RDS for exists, every EDS cluster gets a
-//! ClusterLoadAssignment, and no name appears twice.
-//!
-//! Two uses: [`sanitize_routes`] and [`sanitize_listeners`] run on every generated part
-//! and replace a broken reference before it can be sent (a route answers 503, a TCP
-//! chain goes to `BlackHoleCluster`); [`check_snapshot`] generates a representative view
-//! of a whole snapshot (a sidecar per namespace, with and without a workload, and a
-//! proxyless client) and reports every broken reference. Either finding is a bug: it is
-//! logged at error level and counted in `pilotfish_xds_inconsistent_references_total`.
+//! The consistency audit of a whole snapshot, go-control-plane's `Consistent()` for ours:
+//! [`check_snapshot`] generates a representative view (a sidecar per namespace, with and
+//! without a workload, and a proxyless client) and reports every broken reference —
+//! every cluster a route or listener names is in CDS, every route configuration a
+//! listener asks RDS for exists, every EDS cluster gets a ClusterLoadAssignment, and no
+//! name appears twice. The generators never emit one (the sanitizers replace it before
+//! sending), so a finding is a bug: logged at error level and counted in
+//! `pilotfish_xds_inconsistent_references_total`. The feed runs it after each hand-off.
 
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;
@@ -17,22 +14,13 @@ use envoy_types::pb::envoy::config::cluster::v3::{
     Cluster, cluster::ClusterDiscoveryType, cluster::DiscoveryType,
 };
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
-use envoy_types::pb::envoy::config::listener::v3::{Filter, Listener, filter};
-use envoy_types::pb::envoy::config::route::v3::{
-    DirectResponseAction, RouteConfiguration, route::Action, route_action::ClusterSpecifier,
-};
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
-    HttpConnectionManager, http_connection_manager::RouteSpecifier,
-};
-use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{TcpProxy, tcp_proxy};
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use pilotfish_shared::model::{Proxy, ProxyGenerator};
 use prost::Message;
 
-use super::lds::{HCM_FILTER, TCP_PROXY_FILTER};
-use super::metrics::INCONSISTENT_REFERENCES;
-use super::names;
+use super::sanitize::{listener_references, report, route_clusters};
 use super::snapshot::GeneratedSnapshot;
-use super::util::any;
 use crate::ads::XdsType;
 
 /// One reference that does not resolve.
@@ -64,82 +52,6 @@ pub struct View {
     pub endpoints: Vec<ClusterLoadAssignment>,
     pub listeners: Vec<Listener>,
     pub routes: Vec<RouteConfiguration>,
-}
-
-/// Clusters a route configuration names (routes, weighted clusters, mirrors).
-pub fn route_clusters(rc: &RouteConfiguration) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for vh in &rc.virtual_hosts {
-        for r in &vh.routes {
-            if let Some(Action::Route(a)) = &r.action {
-                let from = format!("{}/{}/{}", rc.name, vh.name, r.name);
-                match &a.cluster_specifier {
-                    Some(ClusterSpecifier::Cluster(c)) => out.push((from.clone(), c.clone())),
-                    Some(ClusterSpecifier::WeightedClusters(w)) => {
-                        out.extend(w.clusters.iter().map(|c| (from.clone(), c.name.clone())))
-                    }
-                    _ => {}
-                }
-                out.extend(
-                    a.request_mirror_policies
-                        .iter()
-                        .map(|m| (from.clone(), m.cluster.clone())),
-                );
-            }
-        }
-    }
-    out
-}
-
-fn decode_filter<M: Message + Default>(f: &Filter) -> Option<M> {
-    match &f.config_type {
-        Some(filter::ConfigType::TypedConfig(a)) => M::decode(a.value.as_slice()).ok(),
-        _ => None,
-    }
-}
-
-/// What a listener refers to: clusters (tcp_proxy, inline routes) and RDS names.
-fn listener_references(l: &Listener) -> (Vec<String>, Vec<String>) {
-    let mut clusters = Vec::new();
-    let mut rds = Vec::new();
-    let mut hcms: Vec<HttpConnectionManager> = Vec::new();
-    for chain in l.filter_chains.iter().chain(l.default_filter_chain.iter()) {
-        for f in &chain.filters {
-            if f.name == TCP_PROXY_FILTER
-                && let Some(t) = decode_filter::<TcpProxy>(f)
-            {
-                match t.cluster_specifier {
-                    Some(tcp_proxy::ClusterSpecifier::Cluster(c)) => clusters.push(c),
-                    Some(tcp_proxy::ClusterSpecifier::WeightedClusters(w)) => {
-                        clusters.extend(w.clusters.into_iter().map(|c| c.name))
-                    }
-                    None => {}
-                }
-            } else if f.name == HCM_FILTER
-                && let Some(h) = decode_filter::<HttpConnectionManager>(f)
-            {
-                hcms.push(h);
-            }
-        }
-    }
-    if let Some(api) = l
-        .api_listener
-        .as_ref()
-        .and_then(|a| a.api_listener.as_ref())
-        && let Ok(h) = HttpConnectionManager::decode(api.value.as_slice())
-    {
-        hcms.push(h);
-    }
-    for h in hcms {
-        match h.route_specifier {
-            Some(RouteSpecifier::Rds(r)) => rds.push(r.route_config_name),
-            Some(RouteSpecifier::RouteConfig(rc)) => {
-                clusters.extend(route_clusters(&rc).into_iter().map(|(_, c)| c))
-            }
-            _ => {}
-        }
-    }
-    (clusters, rds)
 }
 
 /// Every broken reference of one view. `external_clusters` are clusters the proxy has
@@ -241,95 +153,6 @@ pub fn check_view(view_name: &str, view: &View) -> Vec<BrokenReference> {
     out
 }
 
-fn report(what: &str, kind: &'static str) {
-    tracing::error!(
-        reference = what,
-        "inconsistent generated reference (a Pilotfish bug); replaced before sending"
-    );
-    INCONSISTENT_REFERENCES.with_label_values(&[kind]).inc();
-}
-
-/// Replaces every route that names an unknown cluster with a 503 direct response, and
-/// drops mirrors of unknown clusters. Returns how many references were broken.
-pub fn sanitize_routes(configs: &mut [RouteConfiguration], known: &dyn Fn(&str) -> bool) -> usize {
-    let mut broken = 0;
-    for rc in configs.iter_mut() {
-        for vh in rc.virtual_hosts.iter_mut() {
-            for r in vh.routes.iter_mut() {
-                let Some(Action::Route(a)) = &mut r.action else {
-                    continue;
-                };
-                a.request_mirror_policies.retain(|m| {
-                    let ok = known(&m.cluster);
-                    if !ok {
-                        broken += 1;
-                        report(&format!("{} mirror -> {}", rc.name, m.cluster), "rds");
-                    }
-                    ok
-                });
-                let bad = match &a.cluster_specifier {
-                    Some(ClusterSpecifier::Cluster(c)) => (!known(c)).then(|| c.clone()),
-                    Some(ClusterSpecifier::WeightedClusters(w)) => w
-                        .clusters
-                        .iter()
-                        .find(|c| !known(&c.name))
-                        .map(|c| c.name.clone()),
-                    _ => None,
-                };
-                if let Some(bad) = bad {
-                    broken += 1;
-                    report(&format!("{}/{} -> {bad}", rc.name, vh.name), "rds");
-                    r.action = Some(Action::DirectResponse(DirectResponseAction {
-                        status: 503,
-                        ..Default::default()
-                    }));
-                    r.typed_per_filter_config.clear();
-                }
-            }
-        }
-    }
-    broken
-}
-
-/// Points every tcp_proxy naming an unknown cluster at `BlackHoleCluster` (sidecars
-/// always have it). Returns how many references were broken.
-pub fn sanitize_listeners(listeners: &mut [Listener], known: &dyn Fn(&str) -> bool) -> usize {
-    let mut broken = 0;
-    for l in listeners.iter_mut() {
-        let name = l.name.clone();
-        for chain in l
-            .filter_chains
-            .iter_mut()
-            .chain(l.default_filter_chain.iter_mut())
-        {
-            for f in chain.filters.iter_mut() {
-                if f.name != TCP_PROXY_FILTER {
-                    continue;
-                }
-                let Some(mut t) = decode_filter::<TcpProxy>(f) else {
-                    continue;
-                };
-                let bad = match &t.cluster_specifier {
-                    Some(tcp_proxy::ClusterSpecifier::Cluster(c)) => !known(c),
-                    Some(tcp_proxy::ClusterSpecifier::WeightedClusters(w)) => {
-                        w.clusters.iter().any(|c| !known(&c.name))
-                    }
-                    None => false,
-                };
-                if bad {
-                    broken += 1;
-                    report(&format!("{name} tcp_proxy {}", t.stat_prefix), "lds");
-                    t.cluster_specifier = Some(tcp_proxy::ClusterSpecifier::Cluster(
-                        names::BLACKHOLE_CLUSTER.to_string(),
-                    ));
-                    f.config_type = Some(filter::ConfigType::TypedConfig(any(&t)));
-                }
-            }
-        }
-    }
-    broken
-}
-
 /// Decodes a proxy's whole view from the snapshot.
 pub fn view_of(snapshot: &GeneratedSnapshot, proxy: &Proxy) -> View {
     fn decode_all<M: Message + Default>(
@@ -408,7 +231,9 @@ pub fn check_snapshot(snapshot: &GeneratedSnapshot) -> Vec<BrokenReference> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use envoy_types::pb::envoy::config::route::v3::{Route, RouteAction, VirtualHost};
+    use envoy_types::pb::envoy::config::route::v3::{
+        Route, RouteAction, VirtualHost, route::Action, route_action::ClusterSpecifier,
+    };
 
     fn rc(cluster: &str) -> RouteConfiguration {
         RouteConfiguration {
@@ -455,23 +280,5 @@ mod tests {
             problems.contains(&"name appears twice in one response"),
             "{found:?}"
         );
-    }
-
-    #[test]
-    fn sanitize_replaces_broken_routes_with_503() {
-        let mut configs = vec![rc("outbound|80||missing"), rc("ok")];
-        let broken = sanitize_routes(&mut configs, &|c| c == "ok");
-        assert_eq!(broken, 1);
-        assert!(matches!(
-            configs[0].virtual_hosts[0].routes[0].action,
-            Some(Action::DirectResponse(DirectResponseAction {
-                status: 503,
-                ..
-            }))
-        ));
-        assert!(matches!(
-            configs[1].virtual_hosts[0].routes[0].action,
-            Some(Action::Route(_))
-        ));
     }
 }

@@ -8,7 +8,7 @@
 
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-use crate::ads::ChangeKind;
+use super::resource::ChangeKind;
 
 /// The two permit pools.
 #[derive(Debug)]

@@ -9,113 +9,14 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use pilotfish_shared::model::Proxy;
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 
-/// Serializes a time as RFC 3339 UTC with milliseconds, e.g. `2025-01-31T12:00:00.123Z`.
-fn rfc3339<S: Serializer>(at: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(&format_rfc3339(*at))
-}
-
-/// RFC 3339 text of a time (UTC, millisecond precision); times before 1970 print as the epoch.
-pub fn format_rfc3339(at: SystemTime) -> String {
-    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = since.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3_600,
-        (rem % 3_600) / 60,
-        rem % 60,
-        since.subsec_millis()
-    )
-}
-
-/// The last response sent for one type on one stream.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct SentStatus {
-    /// SotW `version_info`, or delta `system_version_info` (hash of what the client holds).
-    pub version: String,
-    pub nonce: String,
-    #[serde(serialize_with = "rfc3339")]
-    pub at: SystemTime,
-    pub resources: usize,
-    pub removed: usize,
-}
-
-/// The last ACK of one type on one stream.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct AckStatus {
-    pub version: String,
-    pub nonce: String,
-    #[serde(serialize_with = "rfc3339")]
-    pub at: SystemTime,
-}
-
-/// The last NACK of one type on one stream: kept until the stream ends, so an operator
-/// sees why a proxy rejected its configuration even after later successes.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct NackStatus {
-    /// The version the client reports it still runs (its last good one).
-    pub version: String,
-    pub nonce: String,
-    pub detail: String,
-    #[serde(serialize_with = "rfc3339")]
-    pub at: SystemTime,
-}
-
-/// One type URL on one stream.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct TypeStatus {
-    pub type_url: String,
-    pub wildcard: bool,
-    /// Explicitly subscribed names (may include names that do not exist yet).
-    pub subscribed: Vec<String>,
-    pub last_sent: Option<SentStatus>,
-    pub last_ack: Option<AckStatus>,
-    pub last_nack: Option<NackStatus>,
-    /// How many resources of this type the client holds, as far as the server knows.
-    pub client_holds: usize,
-}
-
-impl TypeStatus {
-    /// Istio's sync states: `SYNCED` (latest response ACKed), `NACKED`, `STALE` (sent,
-    /// not answered yet) or `NOT_SENT`.
-    pub fn sync_state(&self) -> &'static str {
-        match &self.last_sent {
-            None => "NOT_SENT",
-            Some(sent)
-                if self
-                    .last_ack
-                    .as_ref()
-                    .is_some_and(|a| a.nonce == sent.nonce) =>
-            {
-                "SYNCED"
-            }
-            Some(sent)
-                if self
-                    .last_nack
-                    .as_ref()
-                    .is_some_and(|n| n.nonce == sent.nonce) =>
-            {
-                "NACKED"
-            }
-            Some(_) => "STALE",
-        }
-    }
-}
+use super::state::{TypeStatus, rfc3339};
+use super::types::XdsType;
+use crate::metrics;
 
 /// The protocol flavour of a stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -190,7 +91,7 @@ impl ConnectionRegistry {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         status.stream_id = id;
         self.lock().insert(id, status);
-        crate::metrics::XDS_CLIENTS.inc();
+        metrics::XDS_CLIENTS.inc();
         StreamHandle {
             registry: self.clone(),
             id,
@@ -250,7 +151,7 @@ impl ConnectionRegistry {
                     .types
                     .iter()
                     .map(|t| {
-                        let short = crate::ads::XdsType::from_type_url(&t.type_url)
+                        let short = XdsType::from_type_url(&t.type_url)
                             .map_or(t.type_url.clone(), |x| x.short_name().to_string());
                         let sync = TypeSync {
                             state: t.sync_state(),
@@ -290,23 +191,15 @@ impl StreamHandle {
 impl Drop for StreamHandle {
     fn drop(&mut self) {
         self.registry.lock().remove(&self.id);
-        crate::metrics::XDS_CLIENTS.dec();
+        metrics::XDS_CLIENTS.dec();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn rfc3339_formats_known_instants() {
-        assert_eq!(format_rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
-        let t = UNIX_EPOCH + Duration::from_millis(951_782_400_123); // leap day 2000
-        assert_eq!(format_rfc3339(t), "2000-02-29T00:00:00.123Z");
-        let t = UNIX_EPOCH + Duration::from_secs(1_767_225_599); // last second of 2025
-        assert_eq!(format_rfc3339(t), "2025-12-31T23:59:59.000Z");
-    }
+    use crate::ads::state::SentStatus;
+    use std::time::UNIX_EPOCH;
 
     fn status(proxy: &str) -> StreamStatus {
         StreamStatus {
@@ -333,7 +226,7 @@ mod tests {
         assert_ne!(a.id(), b.id());
         assert_eq!(registry.len(), 2);
         let sent = TypeStatus {
-            type_url: crate::ads::CLUSTER_TYPE.into(),
+            type_url: crate::ads::types::CLUSTER_TYPE.into(),
             wildcard: true,
             subscribed: vec![],
             last_sent: Some(SentStatus {

@@ -1,0 +1,230 @@
+//! The last step of generating a part: every reference a generated route or listener makes
+//! is checked against the clusters the same scope sends, and a broken one is replaced
+//! before it can be sent (a route answers 503, a TCP chain goes to `BlackHoleCluster`).
+//! A broken reference is a bug; it is logged at error level and counted in
+//! `pilotfish_xds_inconsistent_references_total`. Also what the references of a route
+//! configuration or listener are, which the audit ([`super::audit`]) reads too.
+
+use envoy_types::pb::envoy::config::listener::v3::{Filter, Listener, filter};
+use envoy_types::pb::envoy::config::route::v3::{
+    DirectResponseAction, RouteConfiguration, route::Action, route_action::ClusterSpecifier,
+};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, http_connection_manager::RouteSpecifier,
+};
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{TcpProxy, tcp_proxy};
+use prost::Message;
+
+use super::lds::{HCM_FILTER, TCP_PROXY_FILTER};
+use super::metrics::INCONSISTENT_REFERENCES;
+use super::names;
+use super::util::any;
+
+/// Clusters a route configuration names (routes, weighted clusters, mirrors).
+pub fn route_clusters(rc: &RouteConfiguration) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for vh in &rc.virtual_hosts {
+        for r in &vh.routes {
+            if let Some(Action::Route(a)) = &r.action {
+                let from = format!("{}/{}/{}", rc.name, vh.name, r.name);
+                match &a.cluster_specifier {
+                    Some(ClusterSpecifier::Cluster(c)) => out.push((from.clone(), c.clone())),
+                    Some(ClusterSpecifier::WeightedClusters(w)) => {
+                        out.extend(w.clusters.iter().map(|c| (from.clone(), c.name.clone())))
+                    }
+                    _ => {}
+                }
+                out.extend(
+                    a.request_mirror_policies
+                        .iter()
+                        .map(|m| (from.clone(), m.cluster.clone())),
+                );
+            }
+        }
+    }
+    out
+}
+
+fn decode_filter<M: Message + Default>(f: &Filter) -> Option<M> {
+    match &f.config_type {
+        Some(filter::ConfigType::TypedConfig(a)) => M::decode(a.value.as_slice()).ok(),
+        _ => None,
+    }
+}
+
+/// What a listener refers to: clusters (tcp_proxy, inline routes) and RDS names.
+pub(crate) fn listener_references(l: &Listener) -> (Vec<String>, Vec<String>) {
+    let mut clusters = Vec::new();
+    let mut rds = Vec::new();
+    let mut hcms: Vec<HttpConnectionManager> = Vec::new();
+    for chain in l.filter_chains.iter().chain(l.default_filter_chain.iter()) {
+        for f in &chain.filters {
+            if f.name == TCP_PROXY_FILTER
+                && let Some(t) = decode_filter::<TcpProxy>(f)
+            {
+                match t.cluster_specifier {
+                    Some(tcp_proxy::ClusterSpecifier::Cluster(c)) => clusters.push(c),
+                    Some(tcp_proxy::ClusterSpecifier::WeightedClusters(w)) => {
+                        clusters.extend(w.clusters.into_iter().map(|c| c.name))
+                    }
+                    None => {}
+                }
+            } else if f.name == HCM_FILTER
+                && let Some(h) = decode_filter::<HttpConnectionManager>(f)
+            {
+                hcms.push(h);
+            }
+        }
+    }
+    if let Some(api) = l
+        .api_listener
+        .as_ref()
+        .and_then(|a| a.api_listener.as_ref())
+        && let Ok(h) = HttpConnectionManager::decode(api.value.as_slice())
+    {
+        hcms.push(h);
+    }
+    for h in hcms {
+        match h.route_specifier {
+            Some(RouteSpecifier::Rds(r)) => rds.push(r.route_config_name),
+            Some(RouteSpecifier::RouteConfig(rc)) => {
+                clusters.extend(route_clusters(&rc).into_iter().map(|(_, c)| c))
+            }
+            _ => {}
+        }
+    }
+    (clusters, rds)
+}
+
+pub(crate) fn report(what: &str, kind: &'static str) {
+    tracing::error!(
+        reference = what,
+        "inconsistent generated reference (a Pilotfish bug); replaced before sending"
+    );
+    INCONSISTENT_REFERENCES.with_label_values(&[kind]).inc();
+}
+
+/// Replaces every route that names an unknown cluster with a 503 direct response, and
+/// drops mirrors of unknown clusters. Returns how many references were broken.
+pub fn sanitize_routes(configs: &mut [RouteConfiguration], known: &dyn Fn(&str) -> bool) -> usize {
+    let mut broken = 0;
+    for rc in configs.iter_mut() {
+        for vh in rc.virtual_hosts.iter_mut() {
+            for r in vh.routes.iter_mut() {
+                let Some(Action::Route(a)) = &mut r.action else {
+                    continue;
+                };
+                a.request_mirror_policies.retain(|m| {
+                    let ok = known(&m.cluster);
+                    if !ok {
+                        broken += 1;
+                        report(&format!("{} mirror -> {}", rc.name, m.cluster), "rds");
+                    }
+                    ok
+                });
+                let bad = match &a.cluster_specifier {
+                    Some(ClusterSpecifier::Cluster(c)) => (!known(c)).then(|| c.clone()),
+                    Some(ClusterSpecifier::WeightedClusters(w)) => w
+                        .clusters
+                        .iter()
+                        .find(|c| !known(&c.name))
+                        .map(|c| c.name.clone()),
+                    _ => None,
+                };
+                if let Some(bad) = bad {
+                    broken += 1;
+                    report(&format!("{}/{} -> {bad}", rc.name, vh.name), "rds");
+                    r.action = Some(Action::DirectResponse(DirectResponseAction {
+                        status: 503,
+                        ..Default::default()
+                    }));
+                    r.typed_per_filter_config.clear();
+                }
+            }
+        }
+    }
+    broken
+}
+
+/// Points every tcp_proxy naming an unknown cluster at `BlackHoleCluster` (sidecars
+/// always have it). Returns how many references were broken.
+pub fn sanitize_listeners(listeners: &mut [Listener], known: &dyn Fn(&str) -> bool) -> usize {
+    let mut broken = 0;
+    for l in listeners.iter_mut() {
+        let name = l.name.clone();
+        for chain in l
+            .filter_chains
+            .iter_mut()
+            .chain(l.default_filter_chain.iter_mut())
+        {
+            for f in chain.filters.iter_mut() {
+                if f.name != TCP_PROXY_FILTER {
+                    continue;
+                }
+                let Some(mut t) = decode_filter::<TcpProxy>(f) else {
+                    continue;
+                };
+                let bad = match &t.cluster_specifier {
+                    Some(tcp_proxy::ClusterSpecifier::Cluster(c)) => !known(c),
+                    Some(tcp_proxy::ClusterSpecifier::WeightedClusters(w)) => {
+                        w.clusters.iter().any(|c| !known(&c.name))
+                    }
+                    None => false,
+                };
+                if bad {
+                    broken += 1;
+                    report(&format!("{name} tcp_proxy {}", t.stat_prefix), "lds");
+                    t.cluster_specifier = Some(tcp_proxy::ClusterSpecifier::Cluster(
+                        names::BLACKHOLE_CLUSTER.to_string(),
+                    ));
+                    f.config_type = Some(filter::ConfigType::TypedConfig(any(&t)));
+                }
+            }
+        }
+    }
+    broken
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::config::route::v3::{Route, RouteAction, VirtualHost};
+
+    fn rc(cluster: &str) -> RouteConfiguration {
+        RouteConfiguration {
+            name: "80".into(),
+            virtual_hosts: vec![VirtualHost {
+                name: "a:80".into(),
+                domains: vec!["a".into()],
+                routes: vec![Route {
+                    name: "r".into(),
+                    action: Some(Action::Route(RouteAction {
+                        cluster_specifier: Some(ClusterSpecifier::Cluster(cluster.into())),
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn sanitize_replaces_broken_routes_with_503() {
+        let mut configs = vec![rc("outbound|80||missing"), rc("ok")];
+        let broken = sanitize_routes(&mut configs, &|c| c == "ok");
+        assert_eq!(broken, 1);
+        assert!(matches!(
+            configs[0].virtual_hosts[0].routes[0].action,
+            Some(Action::DirectResponse(DirectResponseAction {
+                status: 503,
+                ..
+            }))
+        ));
+        assert!(matches!(
+            configs[1].virtual_hosts[0].routes[0].action,
+            Some(Action::Route(_))
+        ));
+    }
+}
