@@ -1,6 +1,7 @@
 //! The snapshot feed of a replica: takes each decoded snapshot the bus follower delivers,
 //! wraps it into a [`GeneratedSnapshot`] (with the change kind relative to the previous
-//! one, so endpoint-only changes take the cheap path) and hands it to the ADS engine.
+//! one, so endpoint-only changes take the cheap path), stamps it with its arrival time
+//! and hands it to the ADS streams — the one hand-off between the bus and the engine.
 //! Keeps what the admin pages show: the current snapshot and the recent push history.
 
 use std::collections::VecDeque;
@@ -13,7 +14,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::ads::ConnectionRegistry;
-use crate::ads::{ChangeKind, XdsSnapshot};
+use crate::ads::{ChangeKind, SnapshotSender, StampedSnapshot, XdsSnapshot};
 use crate::generate::{GeneratedSnapshot, change_kind, check_snapshot};
 
 /// Pushes remembered for `/debug/push_status`.
@@ -32,7 +33,7 @@ pub struct PushRecord {
     pub received: SystemTime,
     /// Streams open when it arrived.
     pub streams_at_arrival: usize,
-    /// From the follower delivering it to the engine seeing it, in milliseconds.
+    /// From the follower delivering it to the streams seeing it, in milliseconds.
     pub handoff_ms: f64,
     /// Broken references the consistency check found (0 expected).
     pub broken_references: Option<usize>,
@@ -78,10 +79,10 @@ impl FeedState {
     }
 }
 
-/// Follows `snapshots` until the follower goes away, feeding the engine through `engine`.
+/// Follows `snapshots` until the follower goes away, feeding the streams through `engine`.
 pub async fn run(
     mut snapshots: watch::Receiver<Option<Arc<Followed<Arc<PushContext>>>>>,
-    engine: watch::Sender<Option<Arc<dyn XdsSnapshot>>>,
+    engine: SnapshotSender,
     state: Arc<FeedState>,
     registry: ConnectionRegistry,
 ) {
@@ -89,7 +90,9 @@ pub async fn run(
     loop {
         let followed = snapshots.borrow_and_update().clone();
         if let Some(followed) = followed {
-            let arrived = Instant::now();
+            // Arrival, measured once: the streams' convergence time and the push history
+            // both start here.
+            let (arrived, received) = (Instant::now(), SystemTime::now());
             let version = followed.reference.version;
             let context = followed.value.clone();
             let change = match &previous {
@@ -106,7 +109,10 @@ pub async fn run(
             ));
             *state.current.lock().unwrap_or_else(|e| e.into_inner()) =
                 Some((followed.reference.clone(), snapshot.clone()));
-            engine.send_replace(Some(snapshot.clone() as Arc<dyn XdsSnapshot>));
+            engine.send_replace(Some(StampedSnapshot {
+                snapshot: snapshot.clone() as Arc<dyn XdsSnapshot>,
+                arrived,
+            }));
             state.record(PushRecord {
                 version,
                 hash: followed.reference.hash.clone(),
@@ -114,8 +120,8 @@ pub async fn run(
                     ChangeKind::EndpointsOnly => "endpoints",
                     ChangeKind::Full => "full",
                 },
-                received_at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
-                received: SystemTime::now(),
+                received_at: humantime::format_rfc3339_millis(received).to_string(),
+                received,
                 streams_at_arrival: registry.len(),
                 handoff_ms: arrived.elapsed().as_secs_f64() * 1000.0,
                 broken_references: None,

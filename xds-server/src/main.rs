@@ -29,7 +29,7 @@ use pilotfish_shared::supervise::{Supervisor, run_main};
 use pilotfish_shared::telemetry::{self, LogFormat};
 use pilotfish_xds::admin::{self, AdminContext};
 use pilotfish_xds::ads::ConnectionRegistry;
-use pilotfish_xds::ads::{self, AdsConfig, ConnectionPolicy, XdsSnapshot};
+use pilotfish_xds::ads::{self, AdsConfig, ConnectionPolicy};
 use pilotfish_xds::feed::{self, FeedState};
 use pilotfish_xds::metrics;
 use tokio::net::TcpListener;
@@ -171,7 +171,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
 
     let registry = ConnectionRegistry::new();
     let feed_state = Arc::new(FeedState::default());
-    let (engine_tx, engine_rx) = tokio::sync::watch::channel::<Option<Arc<dyn XdsSnapshot>>>(None);
+    let (engine_tx, engine_rx) = tokio::sync::watch::channel(None);
     let snapshots = follower.subscribe();
     let (state, reg) = (feed_state.clone(), registry.clone());
     tasks.spawn_background("snapshot feed", async move {

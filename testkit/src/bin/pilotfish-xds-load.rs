@@ -23,7 +23,7 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use pilotfish_xds::ads::ConnectionRegistry;
-use pilotfish_xds::ads::{self, AdsConfig, CLUSTER_TYPE, ENDPOINT_TYPE, MapSnapshot, XdsSnapshot};
+use pilotfish_xds::ads::{self, AdsConfig, CLUSTER_TYPE, ENDPOINT_TYPE, MapSnapshot};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
@@ -106,7 +106,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (mut full, mut eds, mut version) = (0u64, 0u64, 1u64);
-    let (tx, rx) = watch::channel(Some(synthetic(version, args.clusters, full, eds).shared()));
+    let (tx, rx) = watch::channel(Some(synthetic(version, args.clusters, full, eds).stamped()));
     let config = AdsConfig {
         replica_name: "load".into(),
         push_concurrency: args.push_concurrency,
@@ -138,8 +138,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
             }
             other => bail!("unknown command {other:?} (expected eds or full)"),
         };
-        let shared: Arc<dyn XdsSnapshot> = next.shared();
-        tx.send_replace(Some(shared));
+        tx.send_replace(Some(next.stamped()));
         println!("PUBLISHED {version}");
     }
     let _ = stop_tx.send(());

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use pilotfish_shared::model::Proxy;
 
-use super::resource::{ChangeKind, Resource, XdsSnapshot};
+use super::resource::{ChangeKind, Resource, StampedSnapshot, XdsSnapshot};
 
 /// Resources by type URL and name, plus what the publisher knows about the change from
 /// the previous snapshot.
@@ -68,9 +68,14 @@ impl MapSnapshot {
         self
     }
 
-    /// As the trait object the engine receives.
+    /// As the trait object the state machines read.
     pub fn shared(self) -> Arc<dyn XdsSnapshot> {
         Arc::new(self)
+    }
+
+    /// As the feed hands it to the streams, arriving now.
+    pub fn stamped(self) -> StampedSnapshot {
+        StampedSnapshot::now(self.shared())
     }
 }
 

@@ -31,7 +31,10 @@ pub use map_snapshot::MapSnapshot;
 pub use registry::{
     ConnectionRegistry, StreamHandle, StreamMode, StreamStatus, SyncStatus, TypeSync,
 };
-pub use resource::{ChangeKind, Resource, SnapshotReceiver, XdsSnapshot, content_version};
+pub use resource::{
+    ChangeKind, Resource, SnapshotReceiver, SnapshotSender, StampedSnapshot, XdsSnapshot,
+    content_version,
+};
 pub use service::{AdsConfig, AdsError, AdsServer};
 pub use sotw::SotwStream;
 pub use state::{

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Instant;
 
 use pilotfish_shared::model::Proxy;
 use sha2::{Digest, Sha256};
@@ -82,8 +83,28 @@ pub(crate) fn to_envoy_any(body: &prost_types::Any) -> envoy_types::pb::google::
     }
 }
 
+/// A snapshot as the feed hands it to the streams, with the moment this replica received
+/// it: the start of the convergence time each stream observes.
+#[derive(Clone)]
+pub struct StampedSnapshot {
+    pub snapshot: Arc<dyn XdsSnapshot>,
+    pub arrived: Instant,
+}
+
+impl StampedSnapshot {
+    /// `snapshot`, received now.
+    pub fn now(snapshot: Arc<dyn XdsSnapshot>) -> Self {
+        StampedSnapshot {
+            snapshot,
+            arrived: Instant::now(),
+        }
+    }
+}
+
+/// The one hand-off from the feed to the streams: `None` until the first snapshot.
+pub type SnapshotSender = tokio::sync::watch::Sender<Option<StampedSnapshot>>;
 /// What the engine receives: `None` until the first snapshot is loaded.
-pub type SnapshotReceiver = tokio::sync::watch::Receiver<Option<Arc<dyn XdsSnapshot>>>;
+pub type SnapshotReceiver = tokio::sync::watch::Receiver<Option<StampedSnapshot>>;
 
 #[cfg(test)]
 mod tests {

@@ -82,15 +82,8 @@ pub enum AdsError {
     Listener(#[source] std::io::Error),
 }
 
-/// A snapshot with the moment this replica received it (for convergence time).
-#[derive(Clone)]
-struct Stamped {
-    snapshot: Arc<dyn XdsSnapshot>,
-    arrived: Instant,
-}
-
 struct Shared {
-    snapshots: watch::Receiver<Option<Stamped>>,
+    snapshots: SnapshotReceiver,
     registry: ConnectionRegistry,
     config: AdsConfig,
     limiter: PushLimiter,
@@ -116,20 +109,17 @@ impl std::fmt::Debug for AdsServer {
 }
 
 impl AdsServer {
-    /// Builds the service. Must run inside a Tokio runtime: it spawns the small task that
-    /// stamps each incoming snapshot with its arrival time (it ends with the service).
+    /// Builds the service; its streams follow `snapshots` (the feed's hand-off).
     pub fn new(
         snapshots: SnapshotReceiver,
         registry: ConnectionRegistry,
         config: AdsConfig,
     ) -> Self {
         metrics::register_all();
-        let (stamped_tx, stamped_rx) = watch::channel(None);
-        tokio::spawn(stamp_snapshots(snapshots, stamped_tx));
         let (shutdown, _) = watch::channel(false);
         AdsServer {
             shared: Arc::new(Shared {
-                snapshots: stamped_rx,
+                snapshots,
                 registry,
                 limiter: PushLimiter::new(
                     config.push_concurrency,
@@ -208,23 +198,6 @@ impl AdsServer {
     }
 }
 
-/// Follows the publisher's snapshots and re-publishes each with its arrival time.
-async fn stamp_snapshots(mut source: SnapshotReceiver, sink: watch::Sender<Option<Stamped>>) {
-    loop {
-        let current = source.borrow_and_update().clone();
-        if let Some(snapshot) = current {
-            sink.send_replace(Some(Stamped {
-                snapshot,
-                arrived: Instant::now(),
-            }));
-        }
-        tokio::select! {
-            changed = source.changed() => if changed.is_err() { return },
-            _ = sink.closed() => return,
-        }
-    }
-}
-
 #[tonic::async_trait]
 impl AggregatedDiscoveryService for AdsServer {
     type StreamAggregatedResourcesStream = ReceiverStream<Result<DiscoveryResponse, Status>>;
@@ -234,14 +207,14 @@ impl AggregatedDiscoveryService for AdsServer {
         &self,
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
-        self.open::<SotwMachine>(request).await
+        self.open::<SotwStream>(request).await
     }
 
     async fn delta_aggregated_resources(
         &self,
         request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
-        self.open::<DeltaMachine>(request).await
+        self.open::<DeltaStream>(request).await
     }
 }
 
@@ -292,15 +265,14 @@ trait Machine: Send + 'static {
     fn type_url(response: &Self::Response) -> &str;
 }
 
-struct SotwMachine(SotwStream);
-struct DeltaMachine(DeltaStream);
-
-impl Machine for SotwMachine {
+// The stream loop drives the state machines through this trait; each method is the
+// machine's own (inherent) one.
+impl Machine for SotwStream {
     type Request = DiscoveryRequest;
     type Response = DiscoveryResponse;
     const MODE: StreamMode = StreamMode::Sotw;
     fn new(proxy: Arc<Proxy>, replica: &str, snapshot: Arc<dyn XdsSnapshot>) -> Self {
-        SotwMachine(SotwStream::new(proxy, replica, snapshot))
+        SotwStream::new(proxy, replica, snapshot)
     }
     fn node(request: &DiscoveryRequest) -> Option<&Node> {
         request.node.as_ref()
@@ -310,32 +282,32 @@ impl Machine for SotwMachine {
         request: &DiscoveryRequest,
         now: SystemTime,
     ) -> Output<DiscoveryResponse> {
-        self.0.on_request(request, now)
+        SotwStream::on_request(self, request, now)
     }
     fn on_snapshot(
         &mut self,
         snapshot: Arc<dyn XdsSnapshot>,
         now: SystemTime,
     ) -> Output<DiscoveryResponse> {
-        self.0.on_snapshot(snapshot, now)
+        SotwStream::on_snapshot(self, snapshot, now)
     }
     fn status(&self) -> (Vec<TypeStatus>, Vec<String>) {
-        self.0.status()
+        SotwStream::status(self)
     }
     fn snapshot_version(&self) -> u64 {
-        self.0.snapshot_version()
+        SotwStream::snapshot_version(self)
     }
     fn type_url(response: &DiscoveryResponse) -> &str {
         &response.type_url
     }
 }
 
-impl Machine for DeltaMachine {
+impl Machine for DeltaStream {
     type Request = DeltaDiscoveryRequest;
     type Response = DeltaDiscoveryResponse;
     const MODE: StreamMode = StreamMode::Delta;
     fn new(proxy: Arc<Proxy>, replica: &str, snapshot: Arc<dyn XdsSnapshot>) -> Self {
-        DeltaMachine(DeltaStream::new(proxy, replica, snapshot))
+        DeltaStream::new(proxy, replica, snapshot)
     }
     fn node(request: &DeltaDiscoveryRequest) -> Option<&Node> {
         request.node.as_ref()
@@ -345,20 +317,20 @@ impl Machine for DeltaMachine {
         request: &DeltaDiscoveryRequest,
         now: SystemTime,
     ) -> Output<DeltaDiscoveryResponse> {
-        self.0.on_request(request, now)
+        DeltaStream::on_request(self, request, now)
     }
     fn on_snapshot(
         &mut self,
         snapshot: Arc<dyn XdsSnapshot>,
         now: SystemTime,
     ) -> Output<DeltaDiscoveryResponse> {
-        self.0.on_snapshot(snapshot, now)
+        DeltaStream::on_snapshot(self, snapshot, now)
     }
     fn status(&self) -> (Vec<TypeStatus>, Vec<String>) {
-        self.0.status()
+        DeltaStream::status(self)
     }
     fn snapshot_version(&self) -> u64 {
-        self.0.snapshot_version()
+        DeltaStream::snapshot_version(self)
     }
     fn type_url(response: &DeltaDiscoveryResponse) -> &str {
         &response.type_url
@@ -443,7 +415,7 @@ async fn run_stream<M: Machine>(
 /// The I/O side of one registered stream.
 struct StreamIo<'a, M: Machine> {
     shared: &'a Shared,
-    snapshots: watch::Receiver<Option<Stamped>>,
+    snapshots: SnapshotReceiver,
     /// The connection's closing signal (max age or drain), when served by our listener.
     closing: Option<ConnectionClosing>,
     inbound: Streaming<M::Request>,
@@ -530,7 +502,7 @@ fn connection_ending() -> Status {
 /// Computes the responses for the newest snapshot under a push permit.
 async fn push<M: Machine>(
     shared: &Shared,
-    snapshots: &mut watch::Receiver<Option<Stamped>>,
+    snapshots: &mut SnapshotReceiver,
     machine: &mut M,
     outbox: &mut Outbox<M::Response>,
 ) {

@@ -1,7 +1,6 @@
 //! Test harness: an ADS server on an ephemeral 127.0.0.1 port fed by a `watch` of
 //! [`MapSnapshot`]s, and thin SotW/delta clients with bounded waits.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -11,7 +10,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 };
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use pilotfish_xds::ads::ConnectionRegistry;
-use pilotfish_xds::ads::{self, AdsConfig, MapSnapshot, XdsSnapshot};
+use pilotfish_xds::ads::{self, AdsConfig, MapSnapshot, StampedSnapshot};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
@@ -26,7 +25,7 @@ pub const NODE_ID: &str = "sidecar~10.0.0.1~app-1.shop~shop.svc.cluster.local";
 pub struct TestServer {
     pub addr: std::net::SocketAddr,
     pub registry: ConnectionRegistry,
-    snapshots: watch::Sender<Option<Arc<dyn XdsSnapshot>>>,
+    snapshots: watch::Sender<Option<StampedSnapshot>>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<Result<(), ads::AdsError>>>,
 }
@@ -49,7 +48,7 @@ impl TestServer {
             .await
             .expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local addr");
-        let (snapshots, rx) = watch::channel(snapshot.map(MapSnapshot::shared));
+        let (snapshots, rx) = watch::channel(snapshot.map(MapSnapshot::stamped));
         let registry = ConnectionRegistry::new();
         let (shutdown, stop) = oneshot::channel::<()>();
         let task = tokio::spawn(ads::serve(listener, rx, registry.clone(), config, async {
@@ -65,7 +64,7 @@ impl TestServer {
     }
 
     pub fn publish(&self, snapshot: MapSnapshot) {
-        self.snapshots.send_replace(Some(snapshot.shared()));
+        self.snapshots.send_replace(Some(snapshot.stamped()));
     }
 
     async fn client(&self) -> AggregatedDiscoveryServiceClient<tonic::transport::Channel> {
