@@ -13,6 +13,7 @@ use axum::routing::get;
 use pilotfish_shared::bus::PublishOutcome;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 use pilotfish_shared::pipeline::Built;
 use pilotfish_shared::telemetry;
@@ -138,11 +139,11 @@ async fn debug_leader(State(state): State<AdminState>) -> Response {
     axum::Json(state.read().leader.clone()).into_response()
 }
 
-/// Serves the admin pages on `listener` until `shutdown` resolves.
+/// Serves the admin pages on `listener` until `shutdown` is cancelled.
 pub async fn serve(
     listener: TcpListener,
     state: AdminState,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let app = Router::new()
         .route("/healthz", get(healthz))
@@ -152,7 +153,7 @@ pub async fn serve(
         .route("/debug/leader", get(debug_leader))
         .with_state(state);
     axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
 }
 

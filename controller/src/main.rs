@@ -163,14 +163,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     tracing::info!(replica = %replica, admin = %admin_listener.local_addr()?, redis = %redis, "pilotfish-controller starting");
 
     let mut tasks = Supervisor::new();
-    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    let mut admin_shutdown = shutdown_rx.clone();
-    let state = admin_state.clone();
+    let (state, admin_stop) = (admin_state.clone(), tasks.shutdown_token());
     tasks.spawn("admin server", async move {
-        let stop = async move {
-            let _ = admin_shutdown.wait_for(|s| *s).await;
-        };
-        admin::serve(admin_listener, state, stop).await
+        admin::serve(admin_listener, state, admin_stop).await
     });
     tasks.spawn_background("Redis watchdog", publisher.spawn_watchdog().join());
     let base = BuildInputs {
@@ -227,7 +222,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 Arc::new(publisher),
                 Some(seed),
                 admin_state.clone(),
-                shutdown_rx.clone(),
+                tasks.shutdown_token(),
             ) {
                 tasks.spawn(name, task);
             }
@@ -235,9 +230,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     }
 
     let code = tasks.wait().await;
-    // Every task ends on this signal; the Lease task first releases the Lease (bounded by
-    // the grace period, so an unreachable API server cannot hold up exit).
-    let _ = shutdown_tx.send(true);
+    // Cancels the root token: every task ends; the Lease task first releases the Lease
+    // (bounded by the grace period, so an unreachable API server cannot hold up exit).
     tasks.shutdown(Duration::from_secs(5)).await;
     Ok(code)
 }

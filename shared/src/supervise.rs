@@ -2,6 +2,11 @@
 //! [`Supervisor`]; when any of them ends — returns, fails or panics — the process exits
 //! non-zero, so a dead task never hides behind a healthy-looking pod. SIGTERM and SIGINT
 //! end the process cleanly.
+//!
+//! Shutdown has one vocabulary, [`CancellationToken`]: the supervisor holds the process's
+//! root token ([`Supervisor::shutdown_token`]) and cancels it in [`Supervisor::shutdown`];
+//! a part that must stop earlier than the rest (the xDS server's drain) takes a child
+//! token and is cancelled by its caller first.
 
 use std::fmt::Display;
 use std::future::Future;
@@ -9,6 +14,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 /// What a supervised task may fail with (`anyhow::Error` converts into it).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -19,11 +25,20 @@ pub struct Supervisor {
     tasks: JoinSet<(&'static str, Result<(), BoxError>)>,
     /// Tasks with nothing to finish on shutdown (followers, watchdogs): aborted at once.
     background: Vec<tokio::task::AbortHandle>,
+    /// The process's root shutdown signal, cancelled by [`Supervisor::shutdown`].
+    root: CancellationToken,
 }
 
 impl Supervisor {
     pub fn new() -> Self {
         Supervisor::default()
+    }
+
+    /// The root shutdown token: tasks that have something to finish (release a Lease,
+    /// close a server gracefully) stop when it is cancelled. Take a
+    /// [`child_token`](CancellationToken::child_token) for a part to stop earlier.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.root.clone()
     }
 
     /// Spawns a task that must run for the life of the process.
@@ -68,9 +83,10 @@ impl Supervisor {
         }
     }
 
-    /// Aborts the background tasks, gives the others `grace` to finish (after the caller
-    /// told them to stop), then aborts what is left.
+    /// Cancels the root token, aborts the background tasks, gives the others `grace` to
+    /// finish, then aborts what is left.
     pub async fn shutdown(mut self, grace: Duration) {
+        self.root.cancel();
         for handle in &self.background {
             handle.abort();
         }
@@ -154,11 +170,11 @@ mod tests {
     #[tokio::test]
     async fn shutdown_aborts_background_tasks_at_once_and_waits_for_the_others() {
         let mut s = Supervisor::new();
-        let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+        let stop = s.shutdown_token();
         let finished = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let done = finished.clone();
         s.spawn("finishes on stop", async move {
-            let _ = stop_rx.wait_for(|s| *s).await;
+            stop.cancelled().await;
             tokio::time::sleep(Duration::from_millis(50)).await;
             done.store(true, std::sync::atomic::Ordering::SeqCst);
             Ok::<(), BoxError>(())
@@ -167,7 +183,6 @@ mod tests {
             std::future::pending::<Result<(), BoxError>>().await
         });
         let started = std::time::Instant::now();
-        let _ = stop_tx.send(true);
         s.shutdown(Duration::from_secs(30)).await;
         assert!(
             finished.load(std::sync::atomic::Ordering::SeqCst),

@@ -15,6 +15,7 @@ use pilotfish_shared::bus::FollowerStatus;
 use pilotfish_shared::telemetry;
 use serde_json::json;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 use crate::ads::ConnectionRegistry;
 use crate::feed::FeedState;
@@ -28,8 +29,9 @@ pub struct AdminContext {
     /// The bus follower's health.
     pub follower: Arc<dyn Fn() -> FollowerStatus + Send + Sync>,
     pub replica_name: String,
-    /// Set on SIGTERM: readiness turns false so no new clients are sent here.
-    pub draining: Arc<std::sync::atomic::AtomicBool>,
+    /// The ADS drain, cancelled on SIGTERM: readiness turns false so no new clients are
+    /// sent here.
+    pub draining: CancellationToken,
 }
 
 async fn healthz() -> &'static str {
@@ -37,7 +39,7 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(ctx): State<AdminContext>) -> Response {
-    if ctx.draining.load(std::sync::atomic::Ordering::SeqCst) {
+    if ctx.draining.is_cancelled() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             "draining: shutting down, clients are moving to other replicas\n",
@@ -162,11 +164,11 @@ async fn config_dump_page(
     }
 }
 
-/// Serves the admin pages on `listener` until `shutdown` resolves.
+/// Serves the admin pages on `listener` until `shutdown` is cancelled.
 pub async fn serve(
     listener: TcpListener,
     ctx: AdminContext,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let app = Router::new()
         .route("/healthz", get(healthz))
@@ -179,6 +181,6 @@ pub async fn serve(
         .route("/debug/config_dump", get(config_dump_page))
         .with_state(ctx);
     axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
 }

@@ -33,6 +33,7 @@ use pilotfish_xds::ads::{self, AdsConfig, ConnectionPolicy};
 use pilotfish_xds::feed::{self, FeedState};
 use pilotfish_xds::metrics;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -186,10 +187,6 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         .await
         .with_context(|| format!("cannot listen on {}", cli.admin_addr))?;
     let (xds_at, admin_at) = (xds_listener.local_addr()?, admin_listener.local_addr()?);
-    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    let stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
     let config = AdsConfig {
         replica_name: replica.clone(),
         push_concurrency: cli.push_concurrency,
@@ -204,25 +201,24 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     };
     let shutdown_budget =
         config.drain_grace + config.connections.close_grace + Duration::from_secs(5);
-    let (ads_shutdown_tx, ads_shutdown_rx) = tokio::sync::watch::channel(false);
-    let ads_stop = stop(ads_shutdown_rx);
-    let reg = registry.clone();
-    let (ads_drained_tx, ads_drained_rx) = tokio::sync::oneshot::channel::<()>();
+    // Shutdown order: the ADS drain (a child of the process's root token) first, the
+    // admin server (the root) last, so /readyz reports the drain while it runs.
+    let ads_drain = tasks.shutdown_token().child_token();
+    let ads_drained = CancellationToken::new();
+    let (reg, drain, drained) = (registry.clone(), ads_drain.clone(), ads_drained.clone());
     tasks.spawn("ADS server", async move {
-        let served = ads::serve(xds_listener, engine_rx, reg, config, ads_stop).await;
-        let _ = ads_drained_tx.send(());
-        served
+        let _drained_on_exit = drained.drop_guard();
+        ads::serve(xds_listener, engine_rx, reg, config, drain).await
     });
     let follower_for_admin = follower.clone();
-    let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let admin_ctx = AdminContext {
         registry,
         feed: feed_state,
         follower: Arc::new(move || follower_for_admin.status()),
         replica_name: replica.clone(),
-        draining: draining.clone(),
+        draining: ads_drain.clone(),
     };
-    let admin_stop = stop(shutdown_rx.clone());
+    let admin_stop = tasks.shutdown_token();
     tasks.spawn("admin server", async move {
         admin::serve(admin_listener, admin_ctx, admin_stop).await
     });
@@ -238,10 +234,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     let code = tasks.wait().await;
     // Drain: not ready any more, stop accepting, end connections spread over the grace
     // so clients reconnect to other replicas; the admin server stays up meanwhile.
-    draining.store(true, std::sync::atomic::Ordering::SeqCst);
-    let _ = ads_shutdown_tx.send(true);
-    let _ = tokio::time::timeout(shutdown_budget, ads_drained_rx).await;
-    let _ = shutdown_tx.send(true);
+    ads_drain.cancel();
+    let _ = tokio::time::timeout(shutdown_budget, ads_drained.cancelled()).await;
+    // Then everything else, the admin server last.
     tasks.shutdown(Duration::from_secs(2)).await;
     Ok(code)
 }

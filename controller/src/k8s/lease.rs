@@ -28,6 +28,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::metrics;
 
@@ -577,13 +578,13 @@ pub enum LeaseError {
     Closed,
 }
 
-/// Runs the election until `shutdown` turns true (then releases the Lease if held).
+/// Runs the election until `shutdown` is cancelled (then releases the Lease if held).
 /// Leadership changes are sent on `tx`.
 pub async fn run(
     api: Api<Lease>,
     config: LeaseConfig,
     tx: watch::Sender<Leadership>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
 ) -> Result<(), LeaseError> {
     let mut elector = Elector::new(&config.identity, config.timings);
     let default_duration = config.timings.lease_duration;
@@ -612,7 +613,7 @@ pub async fn run(
                         tracing::warn!(error = %e, lease = %config.name, "cannot read the Lease; retrying");
                         tokio::select! {
                             _ = tokio::time::sleep(config.timings.retry_period) => {}
-                            _ = shutdown_requested(&mut shutdown) => return release(&api, &config, &mut elector, &tx).await,
+                            () = shutdown.cancelled() => return release(&api, &config, &mut elector, &tx).await,
                         }
                         continue;
                     }
@@ -649,17 +650,11 @@ pub async fn run(
                         }),
                     },
                     _ = tokio::time::sleep_until(until) => {}
-                    _ = shutdown_requested(&mut shutdown) => return release(&api, &config, &mut elector, &tx).await,
+                    () = shutdown.cancelled() => return release(&api, &config, &mut elector, &tx).await,
                 }
             }
         }
     }
-}
-
-/// Resolves once shutdown is requested (or its sender is gone); the guard `wait_for`
-/// returns is dropped here, so callers' futures stay `Send`.
-async fn shutdown_requested(shutdown: &mut watch::Receiver<bool>) {
-    let _ = shutdown.wait_for(|s| *s).await;
 }
 
 /// Folds one watcher event into "what the Lease is now", when that is known.

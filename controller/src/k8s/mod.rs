@@ -33,6 +33,7 @@ use kube::api::Api;
 use pilotfish_shared::api::{DestinationRule, ServiceEntry, VirtualService};
 use pilotfish_shared::push_context::BuildInputs;
 use tokio::sync::{mpsc, watch as channel};
+use tokio_util::sync::CancellationToken;
 
 use crate::admin::AdminState;
 use lease::{Leadership, LeaseConfig};
@@ -84,15 +85,15 @@ where
     )
 }
 
-/// Runs `task` until `shutdown` turns true (then ends it with success).
+/// Runs `task` until `shutdown` is cancelled (then ends it with success).
 fn until_shutdown(
-    mut shutdown: channel::Receiver<bool>,
+    shutdown: CancellationToken,
     task: BoxFuture<'static, anyhow::Result<()>>,
 ) -> BoxFuture<'static, anyhow::Result<()>> {
     async move {
         tokio::select! {
             r = task => r,
-            _ = shutdown.wait_for(|s| *s) => Ok(()),
+            () = shutdown.cancelled() => Ok(()),
         }
     }
     .boxed()
@@ -100,7 +101,7 @@ fn until_shutdown(
 
 impl KubeMode {
     /// Builds every task of the mode. `seed` reads what is already published (see
-    /// [`mode::seed_from_redis`]). `shutdown` turning true ends every task; the Lease task
+    /// [`mode::seed_from_redis`]). `shutdown` being cancelled ends every task; the Lease task
     /// first releases the Lease (if held).
     pub fn tasks(
         self,
@@ -108,7 +109,7 @@ impl KubeMode {
         resign: Arc<dyn Resign>,
         seed: Option<Seed>,
         admin: AdminState,
-        shutdown: channel::Receiver<bool>,
+        shutdown: CancellationToken,
     ) -> Vec<Task> {
         // Bounded: a flood of events applies back-pressure to the watchers instead of
         // growing memory while a build runs.

@@ -10,13 +10,14 @@ use pilotfish_controller::k8s::lease::{self, Leadership, LeaseConfig, LeaseTimin
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::k8s_support::*;
 
 struct Candidate {
     identity: String,
     leadership: watch::Receiver<Leadership>,
-    shutdown: watch::Sender<bool>,
+    shutdown: CancellationToken,
     task: JoinHandle<Result<(), lease::LeaseError>>,
 }
 
@@ -30,7 +31,7 @@ impl Candidate {
             holder: None,
             transitions: 0,
         });
-        let (shutdown, shutdown_rx) = watch::channel(false);
+        let shutdown = CancellationToken::new();
         let api: Api<Lease> = Api::namespaced(cluster.client(), "default");
         let config = LeaseConfig {
             name: "election".into(),
@@ -38,7 +39,7 @@ impl Candidate {
             identity: identity.into(),
             timings,
         };
-        let task = tokio::spawn(lease::run(api, config, tx, shutdown_rx));
+        let task = tokio::spawn(lease::run(api, config, tx, shutdown.clone()));
         Candidate {
             identity: identity.into(),
             leadership,
@@ -148,7 +149,7 @@ async fn release_on_shutdown_hands_over_before_the_lease_would_expire() {
         (b.leadership.borrow().holder.as_deref() == Some("a")).then_some(())
     })
     .await;
-    a.shutdown.send(true).unwrap();
+    a.shutdown.cancel();
     eventually("a to step down", || async {
         (!a.leadership.borrow().leader).then_some(())
     })

@@ -22,8 +22,8 @@ use pilotfish_shared::pipeline::Pipeline;
 use pilotfish_shared::push_context::{BuildInputs, PushContext};
 use pilotfish_testkit::apiserver::TestApiServer;
 use serde_json::{Value, json};
-use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 /// Generous bound for anything asynchronous, so a broken test fails instead of hanging.
 pub const WAIT: Duration = Duration::from_secs(60);
@@ -247,7 +247,7 @@ pub struct Replica {
     pub identity: String,
     pub admin: AdminState,
     tasks: JoinSet<(&'static str, anyhow::Result<()>)>,
-    shutdown: watch::Sender<bool>,
+    shutdown: CancellationToken,
 }
 
 impl Replica {
@@ -271,7 +271,7 @@ impl Replica {
         timings: LeaseTimings,
     ) -> Replica {
         let admin = AdminState::default();
-        let (shutdown, shutdown_rx) = watch::channel(false);
+        let shutdown = CancellationToken::new();
         let mode = KubeMode {
             client: cluster.client(),
             base: BuildInputs {
@@ -293,7 +293,7 @@ impl Replica {
             resign,
             seed,
             admin.clone(),
-            shutdown_rx,
+            shutdown.clone(),
         ) {
             tasks.spawn(async move { (name, task.await) });
         }
@@ -312,7 +312,7 @@ impl Replica {
 
     /// Like SIGTERM: the Lease task releases the Lease, then everything stops.
     pub async fn stop(mut self) {
-        let _ = self.shutdown.send(true);
+        self.shutdown.cancel();
         let _ = tokio::time::timeout(WAIT, async {
             while let Some(ended) = self.tasks.join_next().await {
                 if matches!(ended, Ok(("Lease election", _))) {

@@ -113,15 +113,13 @@ async fn serve(args: ServeArgs) -> Result<()> {
         endpoint_push_concurrency: args.push_concurrency,
         ..AdsConfig::default()
     };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let drain = tokio_util::sync::CancellationToken::new();
     let server = tokio::spawn(ads::serve(
         listener,
         rx,
         ConnectionRegistry::new(),
         config,
-        async {
-            let _ = stop_rx.await;
-        },
+        drain.clone(),
     ));
     println!("LISTENING {addr}");
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
@@ -141,7 +139,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         tx.send_replace(Some(next.stamped()));
         println!("PUBLISHED {version}");
     }
-    let _ = stop_tx.send(());
+    drain.cancel();
     server.await??;
     Ok(())
 }

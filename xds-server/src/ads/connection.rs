@@ -23,9 +23,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use pilotfish_shared::supervise::sleep_until_opt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tonic::transport::server::TcpConnectInfo;
 use tracing::{debug, info, warn};
 
@@ -71,17 +71,14 @@ impl ConnectionPolicy {
 /// Attached to every request of a managed connection: fires when the connection is
 /// ending, so its ADS streams end with `UNAVAILABLE` right after the GOAWAY.
 #[derive(Clone, Debug)]
-pub struct ConnectionClosing(watch::Receiver<bool>);
+pub struct ConnectionClosing(CancellationToken);
 
 impl ConnectionClosing {
-    /// Completes when the connection starts closing; never for requests that did not come
-    /// through [`serve_connections`].
-    pub async fn wait(closing: Option<&mut ConnectionClosing>) {
+    /// Completes when the connection starts closing (or its task is gone); never for
+    /// requests that did not come through [`serve_connections`].
+    pub async fn wait(closing: Option<&ConnectionClosing>) {
         match closing {
-            Some(c) => {
-                // A dropped sender means the connection task is gone: close too.
-                let _ = c.0.wait_for(|closing| *closing).await;
-            }
+            Some(c) => c.0.cancelled().await,
             None => std::future::pending().await,
         }
     }
@@ -92,7 +89,7 @@ impl ConnectionClosing {
 #[derive(Clone)]
 struct WithConnection<A> {
     inner: HyperAds<A>,
-    closing: watch::Receiver<bool>,
+    closing: CancellationToken,
     info: TcpConnectInfo,
 }
 
@@ -111,21 +108,22 @@ impl<A: AggregatedDiscoveryService> hyper::service::Service<hyper::Request<Incom
     }
 }
 
-/// Serves `service` on `listener` until `drain` carries a grace period; then stops
-/// accepting, ends every connection at a random moment within the grace, and returns
-/// once all are closed (or the grace and close grace are over).
+/// Serves `service` on `listener` until `drain` is cancelled; then stops accepting, ends
+/// every connection at a random moment within `grace`, and returns once all are closed
+/// (or the grace and close grace are over).
 pub(crate) async fn serve_connections<A: AggregatedDiscoveryService>(
     listener: TcpListener,
     service: AggregatedDiscoveryServiceServer<A>,
     policy: ConnectionPolicy,
-    mut drain: watch::Receiver<Option<Duration>>,
+    drain: CancellationToken,
+    grace: Duration,
 ) {
     let mut connections = JoinSet::new();
-    let grace = loop {
+    loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((tcp, peer)) => {
-                    connections.spawn(serve_one(tcp, peer, service.clone(), policy.clone(), drain.clone()));
+                    connections.spawn(serve_one(tcp, peer, service.clone(), policy.clone(), drain.clone(), grace));
                 }
                 // Out of file descriptors and the like: back off, keep serving.
                 Err(e) => {
@@ -133,16 +131,11 @@ pub(crate) async fn serve_connections<A: AggregatedDiscoveryService>(
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             },
-            changed = drain.changed() => {
-                let grace = if changed.is_err() { Some(Duration::ZERO) } else { *drain.borrow() };
-                if let Some(grace) = grace {
-                    break grace;
-                }
-            }
+            () = drain.cancelled() => break,
             // Reap finished connections so the set does not grow without bound.
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
-    };
+    }
     drop(listener);
     info!(
         connections = connections.len(),
@@ -162,9 +155,12 @@ async fn serve_one<A: AggregatedDiscoveryService>(
     peer: SocketAddr,
     service: AggregatedDiscoveryServiceServer<A>,
     policy: ConnectionPolicy,
-    mut drain: watch::Receiver<Option<Duration>>,
+    drain: CancellationToken,
+    grace: Duration,
 ) {
-    let (closing_tx, closing_rx) = watch::channel(false);
+    // Cancelled right after the GOAWAY, or when this task ends for any other reason.
+    let closing = CancellationToken::new();
+    let _closing_on_exit = closing.clone().drop_guard();
     let info = TcpConnectInfo {
         local_addr: tcp.local_addr().ok(),
         remote_addr: Some(peer),
@@ -172,7 +168,7 @@ async fn serve_one<A: AggregatedDiscoveryService>(
     let _ = tcp.set_nodelay(true);
     let svc = WithConnection {
         inner: TowerToHyperService::new(service),
-        closing: closing_rx,
+        closing: closing.clone(),
         info,
     };
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
@@ -184,31 +180,27 @@ async fn serve_one<A: AggregatedDiscoveryService>(
     tokio::pin!(conn);
     metrics::ADS_CONNECTIONS.inc();
     let end_at = policy.jittered_age().map(|age| Instant::now() + age);
-    let reason = loop {
-        tokio::select! {
-            result = &mut conn => {
-                if let Err(e) = result {
-                    debug!(%peer, error = %e, "ADS connection ended with an error");
-                }
-                metrics::ADS_CONNECTIONS.dec();
-                return;
+    let reason = tokio::select! {
+        result = &mut conn => {
+            if let Err(e) = result {
+                debug!(%peer, error = %e, "ADS connection ended with an error");
             }
-            _ = sleep_until_opt(end_at) => break "max_age",
-            changed = drain.changed() => {
-                let grace = if changed.is_err() { Some(Duration::ZERO) } else { *drain.borrow() };
-                let Some(grace) = grace else { continue };
-                // Keep serving until this connection's own moment within the grace.
-                let at = Instant::now() + grace.mul_f64(rand::random_range(0.0..1.0));
-                tokio::select! {
-                    result = &mut conn => {
-                        let _ = result;
-                        metrics::ADS_CONNECTIONS.dec();
-                        return;
-                    }
-                    _ = tokio::time::sleep_until(at) => {}
+            metrics::ADS_CONNECTIONS.dec();
+            return;
+        }
+        _ = sleep_until_opt(end_at) => "max_age",
+        () = drain.cancelled() => {
+            // Keep serving until this connection's own moment within the grace.
+            let at = Instant::now() + grace.mul_f64(rand::random_range(0.0..1.0));
+            tokio::select! {
+                result = &mut conn => {
+                    let _ = result;
+                    metrics::ADS_CONNECTIONS.dec();
+                    return;
                 }
-                break "drain";
+                _ = tokio::time::sleep_until(at) => {}
             }
+            "drain"
         }
     };
     debug!(%peer, reason, "ending ADS connection: GOAWAY, then its streams end");
@@ -218,7 +210,7 @@ async fn serve_one<A: AggregatedDiscoveryService>(
     // GOAWAY first, so the client's next stream goes to a new connection ...
     conn.as_mut().graceful_shutdown();
     // ... then the streams on this connection end with UNAVAILABLE ...
-    let _ = closing_tx.send(true);
+    closing.cancel();
     // ... and the socket closes once they are written, or after the close grace.
     let _ = tokio::time::timeout(policy.close_grace, &mut conn).await;
     metrics::ADS_CONNECTIONS.dec();

@@ -21,9 +21,8 @@ mod sotw;
 mod state;
 mod types;
 
-use std::future::Future;
-
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 pub use connection::{ConnectionClosing, ConnectionPolicy};
 pub use delta::DeltaStream;
@@ -42,7 +41,7 @@ pub use state::{
 };
 pub use types::{CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, XdsType};
 
-/// Serves ADS on `listener` until `shutdown` completes; then drains: new streams are
+/// Serves ADS on `listener` until `drain` is cancelled; then drains: new streams are
 /// refused, the listener closes, and every connection ends (GOAWAY, its streams end with
 /// `UNAVAILABLE`) at a random moment within `config.drain_grace`, so clients reconnect to
 /// other replicas spread over time. Returns once the connections are closed.
@@ -51,20 +50,11 @@ pub async fn serve(
     snapshots: SnapshotReceiver,
     registry: ConnectionRegistry,
     config: AdsConfig,
-    shutdown: impl Future<Output = ()> + Send,
+    drain: CancellationToken,
 ) -> Result<(), AdsError> {
     let policy = config.connections.clone();
     let drain_grace = config.drain_grace;
-    let server = AdsServer::new(snapshots, registry, config);
-    let (drain_tx, drain_rx) = tokio::sync::watch::channel(None);
-    let connections = connection::serve_connections(listener, server.service(), policy, drain_rx);
-    tokio::pin!(connections);
-    tokio::select! {
-        () = &mut connections => return Ok(()),
-        () = shutdown => {}
-    }
-    server.refuse_new_streams();
-    drain_tx.send_replace(Some(drain_grace));
-    connections.await;
+    let server = AdsServer::new(snapshots, registry, config, drain.clone());
+    connection::serve_connections(listener, server.service(), policy, drain, drain_grace).await;
     Ok(())
 }

@@ -16,8 +16,9 @@ use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
 use pilotfish_shared::model::Proxy;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, debug, info, warn};
 
@@ -87,8 +88,8 @@ struct Shared {
     registry: ConnectionRegistry,
     config: AdsConfig,
     limiter: PushLimiter,
-    /// Set when the replica drains: new streams are refused.
-    shutdown: watch::Sender<bool>,
+    /// Cancelled when the replica drains: new streams are refused.
+    draining: CancellationToken,
     /// Admission of new streams (`new_streams_per_second`).
     stream_rate: Option<std::sync::Mutex<StreamRate>>,
 }
@@ -109,14 +110,16 @@ impl std::fmt::Debug for AdsServer {
 }
 
 impl AdsServer {
-    /// Builds the service; its streams follow `snapshots` (the feed's hand-off).
+    /// Builds the service; its streams follow `snapshots` (the feed's hand-off). Once
+    /// `draining` is cancelled, new streams are refused (open ones end with their
+    /// connections).
     pub fn new(
         snapshots: SnapshotReceiver,
         registry: ConnectionRegistry,
         config: AdsConfig,
+        draining: CancellationToken,
     ) -> Self {
         metrics::register_all();
-        let (shutdown, _) = watch::channel(false);
         AdsServer {
             shared: Arc::new(Shared {
                 snapshots,
@@ -129,7 +132,7 @@ impl AdsServer {
                     .new_streams_per_second
                     .map(|rate| std::sync::Mutex::new(StreamRate::new(rate, Instant::now()))),
                 config,
-                shutdown,
+                draining,
             }),
         }
     }
@@ -143,19 +146,13 @@ impl AdsServer {
         &self.shared.registry
     }
 
-    /// Refuses new streams from now on (the replica is draining; open streams end with
-    /// their connections).
-    pub fn refuse_new_streams(&self) {
-        self.shared.shutdown.send_replace(true);
-    }
-
     /// Reads the first request of a stream and turns its node into a proxy.
     async fn accept<R>(
         &self,
         inbound: &mut Streaming<R>,
         node_of: impl FnOnce(&R) -> Result<ParsedNode, crate::node::NodeError>,
     ) -> Result<(R, Arc<Proxy>), Status> {
-        if *self.shared.shutdown.borrow() {
+        if self.shared.draining.is_cancelled() {
             metrics::STREAMS_REFUSED
                 .with_label_values(&["draining"])
                 .inc();
@@ -369,7 +366,7 @@ async fn run_stream<M: Machine>(
     tx: mpsc::Sender<Result<M::Response, Status>>,
     make: impl FnOnce(Arc<Proxy>, Arc<dyn XdsSnapshot>) -> M + Send + 'static,
 ) {
-    let Origin { peer, mut closing } = origin;
+    let Origin { peer, closing } = origin;
     let mut snapshots = shared.snapshots.clone();
     // Streams that arrive before the first snapshot wait for it.
     let stamped = loop {
@@ -379,7 +376,7 @@ async fn run_stream<M: Machine>(
         tokio::select! {
             changed = snapshots.changed() => if changed.is_err() { return },
             _ = tx.closed() => return,
-            _ = ConnectionClosing::wait(closing.as_mut()) => {
+            _ = ConnectionClosing::wait(closing.as_ref()) => {
                 let _ = tx.try_send(Err(connection_ending()));
                 return;
             }
@@ -428,7 +425,7 @@ impl<M: Machine> StreamIo<'_, M> {
         let StreamIo {
             shared,
             mut snapshots,
-            mut closing,
+            closing,
             mut inbound,
             tx,
             handle,
@@ -445,7 +442,7 @@ impl<M: Machine> StreamIo<'_, M> {
         loop {
             tokio::select! {
                 biased;
-                _ = ConnectionClosing::wait(closing.as_mut()) => {
+                _ = ConnectionClosing::wait(closing.as_ref()) => {
                     debug!("the ADS connection is ending (maximum age or drain)");
                     let _ = tx.try_send(Err(connection_ending()));
                     break;

@@ -11,8 +11,9 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use pilotfish_xds::ads::ConnectionRegistry;
 use pilotfish_xds::ads::{self, AdsConfig, MapSnapshot, StampedSnapshot};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
 use tonic::Streaming;
 
 /// Upper bound for anything expected to happen; only reached when a test fails.
@@ -26,7 +27,7 @@ pub struct TestServer {
     pub addr: std::net::SocketAddr,
     pub registry: ConnectionRegistry,
     snapshots: watch::Sender<Option<StampedSnapshot>>,
-    shutdown: Option<oneshot::Sender<()>>,
+    drain: CancellationToken,
     task: Option<tokio::task::JoinHandle<Result<(), ads::AdsError>>>,
 }
 
@@ -50,15 +51,19 @@ impl TestServer {
         let addr = listener.local_addr().expect("local addr");
         let (snapshots, rx) = watch::channel(snapshot.map(MapSnapshot::stamped));
         let registry = ConnectionRegistry::new();
-        let (shutdown, stop) = oneshot::channel::<()>();
-        let task = tokio::spawn(ads::serve(listener, rx, registry.clone(), config, async {
-            let _ = stop.await;
-        }));
+        let drain = CancellationToken::new();
+        let task = tokio::spawn(ads::serve(
+            listener,
+            rx,
+            registry.clone(),
+            config,
+            drain.clone(),
+        ));
         TestServer {
             addr,
             registry,
             snapshots,
-            shutdown: Some(shutdown),
+            drain,
             task: Some(task),
         }
     }
@@ -106,9 +111,7 @@ impl TestServer {
 
     /// Stops the server and waits for it to return.
     pub async fn stop(mut self) {
-        if let Some(s) = self.shutdown.take() {
-            let _ = s.send(());
-        }
+        self.drain.cancel();
         if let Some(task) = self.task.take() {
             let result = tokio::time::timeout(PATIENCE, task)
                 .await
