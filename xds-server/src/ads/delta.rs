@@ -343,17 +343,6 @@ mod tests {
 
     const T0: SystemTime = SystemTime::UNIX_EPOCH;
 
-    fn base() -> MapSnapshot {
-        MapSnapshot::new(1)
-            .with(CLUSTER_TYPE, "c1", b"c1")
-            .with(CLUSTER_TYPE, "c2", b"c2")
-            .with(ENDPOINT_TYPE, "c1", b"e1")
-            .with(ENDPOINT_TYPE, "c2", b"e2")
-            .with(LISTENER_TYPE, "l1", b"l1")
-            .with(ROUTE_TYPE, "r1", b"r1")
-            .with(ROUTE_TYPE, "r2", b"r2")
-    }
-
     fn stream(snapshot: MapSnapshot) -> DeltaStream {
         DeltaStream::new(
             Arc::new(Proxy::with_defaults("p")),
@@ -394,7 +383,7 @@ mod tests {
 
     #[test]
     fn initial_resource_versions_are_honoured() {
-        let snap = base();
+        let snap = MapSnapshot::sample(1);
         let mut first = stream(snap.clone());
         let r = one(first.on_request(&req(CLUSTER_TYPE, &["*"], &[], ""), T0));
         let held: std::collections::HashMap<String, String> = r
@@ -416,9 +405,9 @@ mod tests {
 
     #[test]
     fn reconnect_with_everything_current_gets_nothing_but_the_wildcard_answer() {
-        let mut a = stream(base());
+        let mut a = stream(MapSnapshot::sample(1));
         let r = one(a.on_request(&req(LISTENER_TYPE, &["*"], &[], ""), T0));
-        let mut b = stream(base().next(7));
+        let mut b = stream(MapSnapshot::sample(1).next(7));
         let mut request = req(LISTENER_TYPE, &["*"], &[], "");
         request.initial_resource_versions = r
             .resources
@@ -428,9 +417,10 @@ mod tests {
         let r = one(b.on_request(&request, T0));
         assert!(r.resources.is_empty() && r.removed_resources.is_empty());
         // Named (non-wildcard) resubscription with current versions: no response at all.
-        let mut c = stream(base());
+        let mut c = stream(MapSnapshot::sample(1));
         let mut request = req(ROUTE_TYPE, &["r1"], &[], "");
-        let held = one(stream(base()).on_request(&req(ROUTE_TYPE, &["r1"], &[], ""), T0));
+        let held =
+            one(stream(MapSnapshot::sample(1)).on_request(&req(ROUTE_TYPE, &["r1"], &[], ""), T0));
         request.initial_resource_versions = held
             .resources
             .iter()
@@ -441,11 +431,11 @@ mod tests {
 
     #[test]
     fn only_changed_resources_are_sent_and_deletions_removed() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         let r = one(s.on_request(&req(CLUSTER_TYPE, &["*"], &[], ""), T0));
         assert_eq!(sent(&r), ["c1", "c2"]);
         s.on_request(&req(CLUSTER_TYPE, &[], &[], &r.nonce), T0);
-        let next = base()
+        let next = MapSnapshot::sample(1)
             .with(CLUSTER_TYPE, "c1", b"c1'")
             .without(CLUSTER_TYPE, "c2")
             .next(2);
@@ -453,7 +443,7 @@ mod tests {
         assert_eq!(sent(&r), ["c1"]);
         assert_eq!(r.removed_resources, ["c2"]);
         // Nothing new: nothing sent.
-        let again = base()
+        let again = MapSnapshot::sample(1)
             .with(CLUSTER_TYPE, "c1", b"c1'")
             .without(CLUSTER_TYPE, "c2")
             .next(3);
@@ -462,7 +452,7 @@ mod tests {
 
     #[test]
     fn unsubscribe_removes_and_resubscribe_resends() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         let r = one(s.on_request(&req(ROUTE_TYPE, &["r1"], &[], ""), T0));
         assert_eq!(sent(&r), ["r1"]);
         let r = one(s.on_request(&req(ROUTE_TYPE, &["r2"], &["r1"], &r.nonce), T0));
@@ -475,17 +465,20 @@ mod tests {
 
     #[test]
     fn absent_names_are_announced_once_and_sent_when_they_appear() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         let r = one(s.on_request(&req(ENDPOINT_TYPE, &["c1", "later"], &[], ""), T0));
         assert_eq!(sent(&r), ["c1"]);
         assert_eq!(r.removed_resources, ["later"]);
         assert!(
-            s.on_snapshot(base().next(2).shared(), T0)
+            s.on_snapshot(MapSnapshot::sample(1).next(2).shared(), T0)
                 .responses
                 .is_empty()
         );
         let r = one(s.on_snapshot(
-            base().with(ENDPOINT_TYPE, "later", b"x").next(3).shared(),
+            MapSnapshot::sample(1)
+                .with(ENDPOINT_TYPE, "later", b"x")
+                .next(3)
+                .shared(),
             T0,
         ));
         assert_eq!(sent(&r), ["later"]);
@@ -494,12 +487,14 @@ mod tests {
 
     #[test]
     fn ack_is_never_answered_and_nack_never_resends() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         let r = one(s.on_request(&req(CLUSTER_TYPE, &["*"], &[], ""), T0));
         let out = s.on_request(&req(CLUSTER_TYPE, &[], &[], &r.nonce), T0);
         assert!(out.responses.is_empty());
         assert!(matches!(out.events[0], ProtocolEvent::Ack { .. }));
-        let bad = base().with(CLUSTER_TYPE, "c1", b"bad").next(2);
+        let bad = MapSnapshot::sample(1)
+            .with(CLUSTER_TYPE, "c1", b"bad")
+            .next(2);
         let r = one(s.on_snapshot(bad.clone().shared(), T0));
         let mut n = req(CLUSTER_TYPE, &[], &[], &r.nonce);
         n.error_detail = Some(Status {
@@ -516,16 +511,23 @@ mod tests {
             s.on_snapshot(bad.next(3).shared(), T0).responses.is_empty(),
             "same content after NACK"
         );
-        let fixed = base().with(CLUSTER_TYPE, "c1", b"good").next(4);
+        let fixed = MapSnapshot::sample(1)
+            .with(CLUSTER_TYPE, "c1", b"good")
+            .next(4);
         assert_eq!(sent(&one(s.on_snapshot(fixed.shared(), T0))), ["c1"]);
     }
 
     #[test]
     fn stale_nonce_ack_is_ignored_but_subscription_is_applied() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         let first = one(s.on_request(&req(ROUTE_TYPE, &["r1"], &[], ""), T0));
-        let _second =
-            one(s.on_snapshot(base().with(ROUTE_TYPE, "r1", b"r1'").next(2).shared(), T0));
+        let _second = one(s.on_snapshot(
+            MapSnapshot::sample(1)
+                .with(ROUTE_TYPE, "r1", b"r1'")
+                .next(2)
+                .shared(),
+            T0,
+        ));
         let out = s.on_request(&req(ROUTE_TYPE, &["r2"], &[], &first.nonce), T0);
         assert!(matches!(out.events[0], ProtocolEvent::StaleNonce { .. }));
         assert_eq!(sent(&out.responses[0]), ["r2"]);
@@ -534,10 +536,16 @@ mod tests {
 
     #[test]
     fn changed_cluster_is_followed_by_its_endpoints_even_unchanged() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         s.on_request(&req(CLUSTER_TYPE, &["*"], &[], ""), T0);
         s.on_request(&req(ENDPOINT_TYPE, &["c1", "c2"], &[], ""), T0);
-        let out = s.on_snapshot(base().with(CLUSTER_TYPE, "c1", b"c1'").next(2).shared(), T0);
+        let out = s.on_snapshot(
+            MapSnapshot::sample(1)
+                .with(CLUSTER_TYPE, "c1", b"c1'")
+                .next(2)
+                .shared(),
+            T0,
+        );
         assert_eq!(out.responses.len(), 2);
         assert_eq!(out.responses[0].type_url, CLUSTER_TYPE);
         assert_eq!(out.responses[1].type_url, ENDPOINT_TYPE);
@@ -547,7 +555,7 @@ mod tests {
     #[test]
     fn reconnect_after_a_cluster_change_sends_its_endpoints_even_when_held() {
         // Replica a served c1 and its endpoints; replica b has a changed c1, same endpoints.
-        let mut a = stream(base());
+        let mut a = stream(MapSnapshot::sample(1));
         let cds = one(a.on_request(&req(CLUSTER_TYPE, &["*"], &[], ""), T0));
         let eds = one(a.on_request(&req(ENDPOINT_TYPE, &["c1"], &[], ""), T0));
         let held = |r: &DeltaDiscoveryResponse| -> std::collections::HashMap<String, String> {
@@ -556,7 +564,7 @@ mod tests {
                 .map(|x| (x.name.clone(), x.version.clone()))
                 .collect()
         };
-        let mut b = stream(base().with(CLUSTER_TYPE, "c1", b"c1'"));
+        let mut b = stream(MapSnapshot::sample(1).with(CLUSTER_TYPE, "c1", b"c1'"));
         let mut cds_again = req(CLUSTER_TYPE, &["*"], &[], "");
         cds_again.initial_resource_versions = held(&cds);
         assert_eq!(sent(&one(b.on_request(&cds_again, T0))), ["c1"]);
@@ -571,15 +579,21 @@ mod tests {
         );
         // Once sent, they are not forced again.
         assert!(
-            b.on_snapshot(base().with(CLUSTER_TYPE, "c1", b"c1'").next(2).shared(), T0)
-                .responses
-                .is_empty()
+            b.on_snapshot(
+                MapSnapshot::sample(1)
+                    .with(CLUSTER_TYPE, "c1", b"c1'")
+                    .next(2)
+                    .shared(),
+                T0
+            )
+            .responses
+            .is_empty()
         );
     }
 
     #[test]
     fn a_nonce_from_a_previous_stream_on_the_first_request_is_answered() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         let out = s.on_request(&req(LISTENER_TYPE, &["*"], &[], "old-nonce"), T0);
         assert!(out.events.is_empty(), "{:?}", out.events);
         assert_eq!(sent(&one(out)), ["l1"]);
@@ -587,7 +601,7 @@ mod tests {
 
     #[test]
     fn push_order_is_make_before_break() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         for (t, n) in [
             (ROUTE_TYPE, &["r1"][..]),
             (LISTENER_TYPE, &["*"]),
@@ -596,7 +610,7 @@ mod tests {
         ] {
             s.on_request(&req(t, n, &[], ""), T0);
         }
-        let next = base()
+        let next = MapSnapshot::sample(1)
             .with(CLUSTER_TYPE, "c1", b"c1'")
             .with(ENDPOINT_TYPE, "c1", b"e1'")
             .with(LISTENER_TYPE, "l1", b"l1'")
@@ -612,10 +626,10 @@ mod tests {
 
     #[test]
     fn endpoints_only_change_recomputes_eds_alone() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         s.on_request(&req(CLUSTER_TYPE, &["*"], &[], ""), T0);
         s.on_request(&req(ENDPOINT_TYPE, &["c1"], &[], ""), T0);
-        let next = base()
+        let next = MapSnapshot::sample(1)
             .with(CLUSTER_TYPE, "c9", b"c9")
             .with(ENDPOINT_TYPE, "c1", b"e1'")
             .next(2)
@@ -627,7 +641,7 @@ mod tests {
 
     #[test]
     fn unknown_type_is_reported_once() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         let url = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig";
         let first = s.on_request(&req(url, &[], &[], ""), T0);
         let again = s.on_request(&req(url, &[], &[], ""), T0);
@@ -658,11 +672,17 @@ mod tests {
 
     #[test]
     fn deleted_then_recreated_resource_is_sent_again() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         one(s.on_request(&req(LISTENER_TYPE, &["*"], &[], ""), T0));
-        let r = one(s.on_snapshot(base().without(LISTENER_TYPE, "l1").next(2).shared(), T0));
+        let r = one(s.on_snapshot(
+            MapSnapshot::sample(1)
+                .without(LISTENER_TYPE, "l1")
+                .next(2)
+                .shared(),
+            T0,
+        ));
         assert_eq!(r.removed_resources, ["l1"]);
-        let r = one(s.on_snapshot(base().next(3).shared(), T0));
+        let r = one(s.on_snapshot(MapSnapshot::sample(1).next(3).shared(), T0));
         assert_eq!(sent(&r), ["l1"]);
     }
 }

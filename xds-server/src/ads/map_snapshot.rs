@@ -8,6 +8,7 @@ use std::sync::Arc;
 use pilotfish_shared::model::Proxy;
 
 use super::resource::{ChangeKind, Resource, StampedSnapshot, XdsSnapshot};
+use super::types::{CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE};
 
 /// Resources by type URL and name, plus what the publisher knows about the change from
 /// the previous snapshot.
@@ -25,6 +26,20 @@ impl MapSnapshot {
             version,
             ..Default::default()
         }
+    }
+
+    /// The small mesh the protocol tests share: clusters `c1`, `c2` with endpoints, listener
+    /// `l1`, routes `r1`, `r2`. Each payload is the resource's short name (`e1` for the
+    /// endpoints of `c1`), so tests read payloads as names.
+    pub fn sample(version: u64) -> Self {
+        MapSnapshot::new(version)
+            .with(CLUSTER_TYPE, "c1", b"c1")
+            .with(CLUSTER_TYPE, "c2", b"c2")
+            .with(ENDPOINT_TYPE, "c1", b"e1")
+            .with(ENDPOINT_TYPE, "c2", b"e2")
+            .with(LISTENER_TYPE, "l1", b"l1")
+            .with(ROUTE_TYPE, "r1", b"r1")
+            .with(ROUTE_TYPE, "r2", b"r2")
     }
 
     /// Adds (or replaces) a resource whose body is `payload` under `type_url`.

@@ -317,17 +317,6 @@ mod tests {
 
     const T0: SystemTime = SystemTime::UNIX_EPOCH;
 
-    fn base() -> MapSnapshot {
-        MapSnapshot::new(1)
-            .with(CLUSTER_TYPE, "c1", b"c1")
-            .with(CLUSTER_TYPE, "c2", b"c2")
-            .with(ENDPOINT_TYPE, "c1", b"e1")
-            .with(ENDPOINT_TYPE, "c2", b"e2")
-            .with(LISTENER_TYPE, "l1", b"l1")
-            .with(ROUTE_TYPE, "r1", b"r1")
-            .with(ROUTE_TYPE, "r2", b"r2")
-    }
-
     fn stream(snapshot: MapSnapshot) -> SotwStream {
         SotwStream::new(
             Arc::new(Proxy::with_defaults("p")),
@@ -383,7 +372,7 @@ mod tests {
 
     #[test]
     fn ack_is_never_answered_but_later_changes_are_pushed() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         let first = s
             .on_request(&req(CLUSTER_TYPE, &[], ""), T0)
             .responses
@@ -400,7 +389,13 @@ mod tests {
                 nonce: first.nonce.clone()
             }]
         );
-        let out = s.on_snapshot(base().with(CLUSTER_TYPE, "c3", b"c3").next(2).shared(), T0);
+        let out = s.on_snapshot(
+            MapSnapshot::sample(1)
+                .with(CLUSTER_TYPE, "c3", b"c3")
+                .next(2)
+                .shared(),
+            T0,
+        );
         assert_eq!(out.responses.len(), 1);
         assert_eq!(names(&out.responses[0]), ["c1", "c2", "c3"]);
         assert_ne!(out.responses[0].nonce, first.nonce);
@@ -408,7 +403,7 @@ mod tests {
 
     #[test]
     fn nack_is_recorded_and_same_content_never_resent() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         let first = s
             .on_request(&req(CLUSTER_TYPE, &[], ""), T0)
             .responses
@@ -425,18 +420,24 @@ mod tests {
         );
         // A new snapshot with the same cluster content: nothing to send.
         assert!(
-            s.on_snapshot(base().next(2).shared(), T0)
+            s.on_snapshot(MapSnapshot::sample(1).next(2).shared(), T0)
                 .responses
                 .is_empty()
         );
         // New content is sent.
-        let out = s.on_snapshot(base().with(CLUSTER_TYPE, "c1", b"c1'").next(3).shared(), T0);
+        let out = s.on_snapshot(
+            MapSnapshot::sample(1)
+                .with(CLUSTER_TYPE, "c1", b"c1'")
+                .next(3)
+                .shared(),
+            T0,
+        );
         assert_eq!(names(&out.responses[0]), ["c1'", "c2"]);
     }
 
     #[test]
     fn a_request_after_a_nack_is_not_taken_for_an_ack() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         let good = s
             .on_request(&req(ENDPOINT_TYPE, &["c1"], ""), T0)
             .responses
@@ -446,7 +447,10 @@ mod tests {
         s.on_request(&ack, T0);
         let bad = s
             .on_snapshot(
-                base().with(ENDPOINT_TYPE, "c1", b"bad").next(2).shared(),
+                MapSnapshot::sample(1)
+                    .with(ENDPOINT_TYPE, "c1", b"bad")
+                    .next(2)
+                    .shared(),
                 T0,
             )
             .responses
@@ -469,7 +473,7 @@ mod tests {
 
     #[test]
     fn a_nonce_from_a_previous_stream_on_the_first_request_is_answered() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         let out = s.on_request(&req(CLUSTER_TYPE, &[], "nonce-of-another-replica"), T0);
         assert_eq!(names(&out.responses[0]), ["c1", "c2"]);
         assert!(
@@ -481,13 +485,19 @@ mod tests {
 
     #[test]
     fn stale_nonce_is_ignored() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         let first = s
             .on_request(&req(ROUTE_TYPE, &["r1"], ""), T0)
             .responses
             .remove(0);
         let second = s
-            .on_snapshot(base().with(ROUTE_TYPE, "r1", b"r1'").next(2).shared(), T0)
+            .on_snapshot(
+                MapSnapshot::sample(1)
+                    .with(ROUTE_TYPE, "r1", b"r1'")
+                    .next(2)
+                    .shared(),
+                T0,
+            )
             .responses
             .remove(0);
         // The client changes names while still answering the first response: stale.
@@ -501,7 +511,7 @@ mod tests {
 
     #[test]
     fn changed_names_are_answered_with_exactly_the_subscribed_set_aba() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         let r = s
             .on_request(&req(ROUTE_TYPE, &["r1"], ""), T0)
             .responses
@@ -521,7 +531,7 @@ mod tests {
 
     #[test]
     fn names_requested_before_they_exist_are_sent_when_they_appear() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         let r = s
             .on_request(&req(ENDPOINT_TYPE, &["c1", "later"], ""), T0)
             .responses
@@ -529,7 +539,10 @@ mod tests {
         assert_eq!(names(&r), ["e1"]);
         s.on_request(&req(ENDPOINT_TYPE, &["c1", "later"], &r.nonce), T0);
         let out = s.on_snapshot(
-            base().with(ENDPOINT_TYPE, "later", b"eL").next(2).shared(),
+            MapSnapshot::sample(1)
+                .with(ENDPOINT_TYPE, "later", b"eL")
+                .next(2)
+                .shared(),
             T0,
         );
         assert_eq!(names(&out.responses[0]), ["e1", "eL"]);
@@ -537,7 +550,7 @@ mod tests {
 
     #[test]
     fn push_order_is_make_before_break_and_only_changed_types() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         for (t, n) in [
             (ROUTE_TYPE, &["r1"][..]),
             (LISTENER_TYPE, &[]),
@@ -546,7 +559,7 @@ mod tests {
         ] {
             s.on_request(&req(t, n, ""), T0);
         }
-        let next = base()
+        let next = MapSnapshot::sample(1)
             .with(CLUSTER_TYPE, "c2", b"c2'")
             .with(LISTENER_TYPE, "l1", b"l1'")
             .with(ROUTE_TYPE, "r1", b"r1'")
@@ -558,7 +571,7 @@ mod tests {
 
     #[test]
     fn changed_cluster_is_followed_by_its_endpoints_even_unchanged() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         let cds = s
             .on_request(&req(CLUSTER_TYPE, &[], ""), T0)
             .responses
@@ -569,7 +582,13 @@ mod tests {
             .responses
             .remove(0);
         s.on_request(&req(ENDPOINT_TYPE, &["c1", "c2"], &eds.nonce), T0);
-        let out = s.on_snapshot(base().with(CLUSTER_TYPE, "c1", b"c1'").next(2).shared(), T0);
+        let out = s.on_snapshot(
+            MapSnapshot::sample(1)
+                .with(CLUSTER_TYPE, "c1", b"c1'")
+                .next(2)
+                .shared(),
+            T0,
+        );
         assert_eq!(types(&out), [CLUSTER_TYPE, ENDPOINT_TYPE]);
         let follow = &out.responses[1];
         assert_eq!(names(follow), ["e1", "e2"]);
@@ -582,11 +601,11 @@ mod tests {
 
     #[test]
     fn endpoints_only_change_recomputes_eds_alone() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         s.on_request(&req(CLUSTER_TYPE, &[], ""), T0);
         s.on_request(&req(ENDPOINT_TYPE, &["c1"], ""), T0);
         // The publisher says "endpoints only", so even a cluster difference is not looked at.
-        let next = base()
+        let next = MapSnapshot::sample(1)
             .with(CLUSTER_TYPE, "c9", b"c9")
             .with(ENDPOINT_TYPE, "c1", b"e1'")
             .next(2)
@@ -598,7 +617,7 @@ mod tests {
 
     #[test]
     fn unknown_type_is_reported_once_and_ignored() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         let url = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
         let out = s.on_request(&req(url, &[], ""), T0);
         assert!(out.responses.is_empty());
@@ -622,11 +641,11 @@ mod tests {
 
     #[test]
     fn versions_are_content_hashes_identical_across_streams() {
-        let mut a = stream(base());
+        let mut a = stream(MapSnapshot::sample(1));
         let mut b = SotwStream::new(
             Arc::new(Proxy::with_defaults("q")),
             "replica-b",
-            base().next(99).shared(),
+            MapSnapshot::sample(1).next(99).shared(),
         );
         let ra = a
             .on_request(&req(CLUSTER_TYPE, &[], ""), T0)
@@ -637,7 +656,7 @@ mod tests {
             .responses
             .remove(0);
         assert_eq!(ra.version_info, rb.version_info);
-        let rc = stream(base().with(CLUSTER_TYPE, "c2", b"x"))
+        let rc = stream(MapSnapshot::sample(1).with(CLUSTER_TYPE, "c2", b"x"))
             .on_request(&req(CLUSTER_TYPE, &[], ""), T0)
             .responses
             .remove(0);
@@ -646,19 +665,19 @@ mod tests {
 
     #[test]
     fn deleted_listener_disappears_from_the_full_set() {
-        let mut s = stream(base().with(LISTENER_TYPE, "l2", b"l2"));
+        let mut s = stream(MapSnapshot::sample(1).with(LISTENER_TYPE, "l2", b"l2"));
         let r = s
             .on_request(&req(LISTENER_TYPE, &[], ""), T0)
             .responses
             .remove(0);
         assert_eq!(names(&r), ["l1", "l2"]);
-        let out = s.on_snapshot(base().next(2).shared(), T0);
+        let out = s.on_snapshot(MapSnapshot::sample(1).next(2).shared(), T0);
         assert_eq!(names(&out.responses[0]), ["l1"]);
     }
 
     #[test]
     fn unsubscribing_everything_answers_empty_and_stops_pushes() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         let r = s
             .on_request(&req(ROUTE_TYPE, &["r1"], ""), T0)
             .responses
@@ -669,7 +688,13 @@ mod tests {
             .remove(0);
         assert!(r.resources.is_empty());
         s.on_request(&req(ROUTE_TYPE, &[], &r.nonce), T0);
-        let out = s.on_snapshot(base().with(ROUTE_TYPE, "r1", b"r1'").next(2).shared(), T0);
+        let out = s.on_snapshot(
+            MapSnapshot::sample(1)
+                .with(ROUTE_TYPE, "r1", b"r1'")
+                .next(2)
+                .shared(),
+            T0,
+        );
         assert!(out.responses.is_empty());
     }
 
@@ -686,7 +711,7 @@ mod tests {
 
     #[test]
     fn nonces_are_unique_on_a_stream() {
-        let mut s = stream(base());
+        let mut s = stream(MapSnapshot::sample(1));
         let mut seen = BTreeSet::new();
         for t in [CLUSTER_TYPE, LISTENER_TYPE, ROUTE_TYPE, ENDPOINT_TYPE] {
             for r in s.on_request(&req(t, &["*"], ""), T0).responses {

@@ -7,7 +7,7 @@ use crate::harness::*;
 
 #[tokio::test]
 async fn first_request_without_node_is_invalid_argument() {
-    let server = TestServer::start("a", Some(mesh(1))).await;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
     let err = server
         .delta(delta_request(CLUSTER_TYPE, &["*"], &[], ""))
         .await
@@ -30,7 +30,7 @@ async fn first_wildcard_request_is_answered_even_when_empty() {
 
 #[tokio::test]
 async fn reconnect_to_another_replica_with_initial_versions_resends_nothing_held() {
-    let a = TestServer::start("replica-a", Some(mesh(1))).await;
+    let a = TestServer::start("replica-a", Some(MapSnapshot::sample(1))).await;
     let mut s = a
         .delta(delta_first(CLUSTER_TYPE, &["*"]))
         .await
@@ -42,7 +42,7 @@ async fn reconnect_to_another_replica_with_initial_versions_resends_nothing_held
     let b = TestServer::start(
         "replica-b",
         Some(
-            mesh(9)
+            MapSnapshot::sample(9)
                 .with(CLUSTER_TYPE, "c2", b"c2'")
                 .with(CLUSTER_TYPE, "c3", b"c3"),
         ),
@@ -65,34 +65,34 @@ async fn reconnect_to_another_replica_with_initial_versions_resends_nothing_held
 
 #[tokio::test]
 async fn only_changed_resources_are_sent_and_deletions_are_removed() {
-    let server = TestServer::start("a", Some(mesh(1))).await;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
     let mut s = server
         .delta(delta_first(LISTENER_TYPE, &["*"]))
         .await
         .expect("stream");
     let r = s.recv().await;
     s.ack(&r).await;
-    server.publish(mesh(2).with(LISTENER_TYPE, "l2", b"l2"));
+    server.publish(MapSnapshot::sample(2).with(LISTENER_TYPE, "l2", b"l2"));
     let r = s.recv().await;
     assert_eq!(names(&r), ["l2"], "l1 is unchanged");
     s.ack(&r).await;
-    server.publish(
-        mesh(3)
-            .without(LISTENER_TYPE, "l1")
-            .with(LISTENER_TYPE, "l2", b"l2"),
-    );
+    server.publish(MapSnapshot::sample(3).without(LISTENER_TYPE, "l1").with(
+        LISTENER_TYPE,
+        "l2",
+        b"l2",
+    ));
     let r = s.recv().await;
     assert!(r.resources.is_empty());
     assert_eq!(r.removed_resources, ["l1"]);
     s.ack(&r).await;
     // Recreated: sent again, deletions are not forgotten.
-    server.publish(mesh(4).with(LISTENER_TYPE, "l2", b"l2"));
+    server.publish(MapSnapshot::sample(4).with(LISTENER_TYPE, "l2", b"l2"));
     assert_eq!(names(&s.recv().await), ["l1"]);
 }
 
 #[tokio::test]
 async fn unsubscribe_removes_and_resubscribe_sends_again() {
-    let server = TestServer::start("a", Some(mesh(1))).await;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
     let mut s = server
         .delta(delta_first(ROUTE_TYPE, &["r1"]))
         .await
@@ -113,7 +113,7 @@ async fn unsubscribe_removes_and_resubscribe_sends_again() {
 
 #[tokio::test]
 async fn ack_is_never_answered_and_nack_never_resends() {
-    let server = TestServer::start("a", Some(mesh(1))).await;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
     let mut s = server
         .delta(delta_first(CLUSTER_TYPE, &["*"]))
         .await
@@ -121,7 +121,7 @@ async fn ack_is_never_answered_and_nack_never_resends() {
     let r = s.recv().await;
     s.ack(&r).await;
     s.expect_silence().await;
-    server.publish(mesh(2).with(CLUSTER_TYPE, "c1", b"bad"));
+    server.publish(MapSnapshot::sample(2).with(CLUSTER_TYPE, "c1", b"bad"));
     let r = s.recv().await;
     assert_eq!(names(&r), ["c1"]);
     let mut nack = delta_request(CLUSTER_TYPE, &[], &[], &r.nonce);
@@ -132,9 +132,9 @@ async fn ack_is_never_answered_and_nack_never_resends() {
     });
     s.send(nack).await;
     s.expect_silence().await;
-    server.publish(mesh(3).with(CLUSTER_TYPE, "c1", b"bad"));
+    server.publish(MapSnapshot::sample(3).with(CLUSTER_TYPE, "c1", b"bad"));
     s.expect_silence().await;
-    server.publish(mesh(4).with(CLUSTER_TYPE, "c1", b"good"));
+    server.publish(MapSnapshot::sample(4).with(CLUSTER_TYPE, "c1", b"good"));
     assert_eq!(names(&s.recv().await), ["c1"]);
     let status = &server.registry.streams_of(NODE_ID)[0];
     assert_eq!(
@@ -148,7 +148,7 @@ async fn ack_is_never_answered_and_nack_never_resends() {
 
 #[tokio::test]
 async fn absent_names_are_reported_removed_then_sent_when_they_appear() {
-    let server = TestServer::start("a", Some(mesh(1))).await;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
     let mut s = server
         .delta(delta_first(ENDPOINT_TYPE, &["c1", "c9"]))
         .await
@@ -157,7 +157,7 @@ async fn absent_names_are_reported_removed_then_sent_when_they_appear() {
     assert_eq!(names(&r), ["c1"]);
     assert_eq!(r.removed_resources, ["c9"]);
     s.ack(&r).await;
-    server.publish(mesh(2).with(ENDPOINT_TYPE, "c9", b"e9"));
+    server.publish(MapSnapshot::sample(2).with(ENDPOINT_TYPE, "c9", b"e9"));
     let r = s.recv().await;
     assert_eq!(names(&r), ["c9"]);
     assert!(r.removed_resources.is_empty());
@@ -165,7 +165,7 @@ async fn absent_names_are_reported_removed_then_sent_when_they_appear() {
 
 #[tokio::test]
 async fn a_changed_cluster_is_followed_by_its_endpoints() {
-    let server = TestServer::start("a", Some(mesh(1))).await;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
     let mut s = server
         .delta(delta_first(CLUSTER_TYPE, &["*"]))
         .await
@@ -177,7 +177,7 @@ async fn a_changed_cluster_is_followed_by_its_endpoints() {
     let r = s.recv().await;
     s.ack(&r).await;
     s.expect_silence().await;
-    server.publish(mesh(2).with(CLUSTER_TYPE, "c1", b"c1'"));
+    server.publish(MapSnapshot::sample(2).with(CLUSTER_TYPE, "c1", b"c1'"));
     let cds = s.recv().await;
     assert_eq!(
         (cds.type_url.as_str(), names(&cds)),
@@ -192,7 +192,7 @@ async fn a_changed_cluster_is_followed_by_its_endpoints() {
 
 #[tokio::test]
 async fn pushes_follow_make_before_break_order() {
-    let server = TestServer::start("a", Some(mesh(1))).await;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
     let mut s = server
         .delta(delta_first(ROUTE_TYPE, &["r1"]))
         .await
@@ -207,7 +207,7 @@ async fn pushes_follow_make_before_break_order() {
         s.recv().await;
     }
     server.publish(
-        mesh(2)
+        MapSnapshot::sample(2)
             .with(ROUTE_TYPE, "r1", b"r1'")
             .with(LISTENER_TYPE, "l1", b"l1'")
             .with(ENDPOINT_TYPE, "c2", b"e2'")
@@ -226,7 +226,7 @@ async fn pushes_follow_make_before_break_order() {
 
 #[tokio::test]
 async fn unknown_type_urls_are_ignored() {
-    let server = TestServer::start("a", Some(mesh(1))).await;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
     let mut s = server
         .delta(delta_first(
             "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
@@ -241,13 +241,13 @@ async fn unknown_type_urls_are_ignored() {
 
 #[tokio::test]
 async fn a_stale_nonce_is_not_an_ack_but_its_subscription_applies() {
-    let server = TestServer::start("a", Some(mesh(1))).await;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
     let mut s = server
         .delta(delta_first(ROUTE_TYPE, &["r1"]))
         .await
         .expect("stream");
     let first_response = s.recv().await;
-    server.publish(mesh(2).with(ROUTE_TYPE, "r1", b"r1'"));
+    server.publish(MapSnapshot::sample(2).with(ROUTE_TYPE, "r1", b"r1'"));
     let second = s.recv().await;
     // Answering the first response now is stale: not recorded as an ACK...
     s.send(delta_request(

@@ -10,7 +10,7 @@ use crate::harness::*;
 
 #[tokio::test]
 async fn first_request_without_node_is_invalid_argument() {
-    let server = TestServer::start("a", Some(mesh(1))).await;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
     let err = server
         .sotw(request(CLUSTER_TYPE, &[], ""))
         .await
@@ -32,7 +32,7 @@ async fn first_request_without_node_is_invalid_argument() {
 
 #[tokio::test]
 async fn node_is_parsed_and_unconventional_ids_get_defaults() {
-    let server = TestServer::start("a", Some(mesh(1))).await;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
     let mut istio = server
         .sotw(first(CLUSTER_TYPE, &[]))
         .await
@@ -67,13 +67,13 @@ async fn streams_wait_for_the_first_snapshot() {
     let server = TestServer::start("a", None).await;
     let mut s = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");
     s.expect_silence().await;
-    server.publish(mesh(1));
+    server.publish(MapSnapshot::sample(1));
     assert_eq!(payloads(&s.recv().await), ["c1", "c2"]);
 }
 
 #[tokio::test]
 async fn ack_is_never_answered_and_later_changes_still_arrive() {
-    let server = TestServer::start("a", Some(mesh(1))).await;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
     let mut s = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");
     let r = s.recv().await;
     s.ack(&r, &[]).await;
@@ -85,7 +85,7 @@ async fn ack_is_never_answered_and_later_changes_still_arrive() {
     let pushes_before = pilotfish_xds::metrics::XDS_PUSHES
         .with_label_values(&["cds"])
         .get();
-    server.publish(mesh(2).with(CLUSTER_TYPE, "c3", b"c3"));
+    server.publish(MapSnapshot::sample(2).with(CLUSTER_TYPE, "c3", b"c3"));
     let next = s.recv().await;
     assert_eq!(payloads(&next), ["c1", "c2", "c3"]);
     assert!(
@@ -104,7 +104,7 @@ async fn ack_is_never_answered_and_later_changes_still_arrive() {
 
 #[tokio::test]
 async fn nack_is_recorded_and_the_same_content_is_never_resent() {
-    let server = TestServer::start("a", Some(mesh(1))).await;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
     let mut s = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");
     let r = s.recv().await;
     s.send(nack(
@@ -130,22 +130,22 @@ async fn nack_is_recorded_and_the_same_content_is_never_resent() {
         Some("cluster c1: bad lb policy")
     );
     // Same clusters in a new snapshot (only a listener changed): no CDS resend.
-    server.publish(mesh(2).with(LISTENER_TYPE, "l1", b"l1'"));
+    server.publish(MapSnapshot::sample(2).with(LISTENER_TYPE, "l1", b"l1'"));
     s.expect_silence().await;
     // Changed clusters are sent.
-    server.publish(mesh(3).with(CLUSTER_TYPE, "c1", b"c1'"));
+    server.publish(MapSnapshot::sample(3).with(CLUSTER_TYPE, "c1", b"c1'"));
     assert_eq!(payloads(&s.recv().await), ["c1'", "c2"]);
 }
 
 #[tokio::test]
 async fn a_stale_nonce_is_ignored() {
-    let server = TestServer::start("a", Some(mesh(1))).await;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
     let mut s = server
         .sotw(first(ROUTE_TYPE, &["r1"]))
         .await
         .expect("stream");
     let r1 = s.recv().await;
-    server.publish(mesh(2).with(ROUTE_TYPE, "r1", b"r1'"));
+    server.publish(MapSnapshot::sample(2).with(ROUTE_TYPE, "r1", b"r1'"));
     let r2 = s.recv().await;
     assert_eq!(payloads(&r2), ["r1'"]);
     // A name change still carrying the first nonce is stale.
@@ -157,7 +157,7 @@ async fn a_stale_nonce_is_ignored() {
 
 #[tokio::test]
 async fn changed_names_get_exactly_the_subscribed_set_even_after_a_b_a() {
-    let server = TestServer::start("a", Some(mesh(1))).await;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
     let mut s = server
         .sotw(first(ROUTE_TYPE, &["r1"]))
         .await
@@ -176,7 +176,11 @@ async fn changed_names_get_exactly_the_subscribed_set_even_after_a_b_a() {
 
 #[tokio::test]
 async fn wildcard_lds_and_cds_carry_the_full_set_and_deletions() {
-    let server = TestServer::start("a", Some(mesh(1).with(LISTENER_TYPE, "l2", b"l2"))).await;
+    let server = TestServer::start(
+        "a",
+        Some(MapSnapshot::sample(1).with(LISTENER_TYPE, "l2", b"l2")),
+    )
+    .await;
     let mut s = server
         .sotw(first(LISTENER_TYPE, &[]))
         .await
@@ -184,7 +188,7 @@ async fn wildcard_lds_and_cds_carry_the_full_set_and_deletions() {
     let r = s.recv().await;
     assert_eq!(payloads(&r), ["l1", "l2"]);
     s.ack(&r, &[]).await;
-    server.publish(mesh(2));
+    server.publish(MapSnapshot::sample(2));
     assert_eq!(
         payloads(&s.recv().await),
         ["l1"],
@@ -200,7 +204,7 @@ async fn wildcard_lds_and_cds_carry_the_full_set_and_deletions() {
 
 #[tokio::test]
 async fn names_requested_before_they_exist_are_sent_when_they_appear() {
-    let server = TestServer::start("a", Some(mesh(1))).await;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
     let mut s = server
         .sotw(first(ENDPOINT_TYPE, &["c1", "c9"]))
         .await
@@ -208,13 +212,13 @@ async fn names_requested_before_they_exist_are_sent_when_they_appear() {
     let r = s.recv().await;
     assert_eq!(payloads(&r), ["e1"]);
     s.ack(&r, &["c1", "c9"]).await;
-    server.publish(mesh(2).with(ENDPOINT_TYPE, "c9", b"e9"));
+    server.publish(MapSnapshot::sample(2).with(ENDPOINT_TYPE, "c9", b"e9"));
     assert_eq!(payloads(&s.recv().await), ["e1", "e9"]);
 }
 
 #[tokio::test]
 async fn pushes_follow_make_before_break_order_and_skip_unchanged_types() {
-    let server = TestServer::start("a", Some(mesh(1))).await;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
     // Subscribed in reverse order: the order of pushes is the server's, not the client's.
     let mut s = server
         .sotw(first(ROUTE_TYPE, &["r1"]))
@@ -233,7 +237,7 @@ async fn pushes_follow_make_before_break_order_and_skip_unchanged_types() {
     }
     s.expect_silence().await;
     server.publish(
-        mesh(2)
+        MapSnapshot::sample(2)
             .with(CLUSTER_TYPE, "c1", b"c1'")
             .with(ENDPOINT_TYPE, "c1", b"e1'")
             .with(LISTENER_TYPE, "l1", b"l1'")
@@ -254,7 +258,7 @@ async fn pushes_follow_make_before_break_order_and_skip_unchanged_types() {
     );
     // Only the listener changes: only LDS is pushed.
     server.publish(
-        mesh(3)
+        MapSnapshot::sample(3)
             .with(CLUSTER_TYPE, "c1", b"c1'")
             .with(ENDPOINT_TYPE, "c1", b"e1'")
             .with(ROUTE_TYPE, "r1", b"r1'"),
@@ -266,7 +270,7 @@ async fn pushes_follow_make_before_break_order_and_skip_unchanged_types() {
 
 #[tokio::test]
 async fn a_changed_cluster_is_followed_by_its_endpoints() {
-    let server = TestServer::start("a", Some(mesh(1))).await;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
     let mut s = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");
     let cds = s.recv().await;
     s.ack(&cds, &[]).await;
@@ -274,7 +278,7 @@ async fn a_changed_cluster_is_followed_by_its_endpoints() {
     let eds = s.recv().await;
     s.ack(&eds, &["c1", "c2"]).await;
     s.expect_silence().await;
-    server.publish(mesh(2).with(CLUSTER_TYPE, "c2", b"c2'"));
+    server.publish(MapSnapshot::sample(2).with(CLUSTER_TYPE, "c2", b"c2'"));
     let cds2 = s.recv().await;
     assert_eq!(cds2.type_url, CLUSTER_TYPE);
     let eds2 = s.recv().await;
@@ -289,7 +293,7 @@ async fn a_changed_cluster_is_followed_by_its_endpoints() {
 
 #[tokio::test]
 async fn unknown_type_urls_are_ignored() {
-    let server = TestServer::start("a", Some(mesh(1))).await;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
     let secret = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
     let mut s = server
         .sotw(first(secret, &["default"]))
@@ -304,8 +308,8 @@ async fn unknown_type_urls_are_ignored() {
 
 #[tokio::test]
 async fn versions_are_identical_on_every_replica_and_responses_name_theirs() {
-    let a = TestServer::start("replica-a", Some(mesh(1))).await;
-    let b = TestServer::start("replica-b", Some(mesh(42))).await;
+    let a = TestServer::start("replica-a", Some(MapSnapshot::sample(1))).await;
+    let b = TestServer::start("replica-b", Some(MapSnapshot::sample(42))).await;
     let mut sa = a.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream a");
     let mut sb = b.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream b");
     let (ra, rb) = (sa.recv().await, sb.recv().await);
@@ -380,7 +384,7 @@ async fn a_slow_stream_gets_only_the_newest_and_never_blocks_others() {
 
 #[tokio::test]
 async fn shutdown_ends_streams_with_unavailable() {
-    let server = TestServer::start("a", Some(mesh(1))).await;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
     let mut s = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");
     s.recv().await;
     server.stop().await;
@@ -395,7 +399,7 @@ async fn shutdown_ends_streams_with_unavailable() {
 
 #[tokio::test]
 async fn registry_and_metrics_track_sent_acked_and_nacked() {
-    let server = TestServer::start("a", Some(mesh(1))).await;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
     let rejects_before = pilotfish_xds::metrics::XDS_REJECTS
         .with_label_values(&["lds"])
         .get();
@@ -416,7 +420,7 @@ async fn registry_and_metrics_track_sent_acked_and_nacked() {
         sync[0].types["lds"].acked.as_deref(),
         Some(r.version_info.as_str())
     );
-    server.publish(mesh(2).with(LISTENER_TYPE, "l1", b"broken"));
+    server.publish(MapSnapshot::sample(2).with(LISTENER_TYPE, "l1", b"broken"));
     let r2 = s.recv().await;
     s.send(nack(LISTENER_TYPE, &[], &r2.nonce, "bad listener"))
         .await;
@@ -444,7 +448,7 @@ async fn registry_and_metrics_track_sent_acked_and_nacked() {
 
 #[tokio::test]
 async fn endpoints_only_snapshots_recompute_endpoints_alone() {
-    let server = TestServer::start("a", Some(mesh(1))).await;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
     let mut s = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");
     let r = s.recv().await;
     s.ack(&r, &[]).await;
@@ -454,7 +458,7 @@ async fn endpoints_only_snapshots_recompute_endpoints_alone() {
     s.expect_silence().await;
     // The publisher declares "endpoints only": a cluster difference is not even looked at.
     server.publish(
-        mesh(2)
+        MapSnapshot::sample(2)
             .with(CLUSTER_TYPE, "c7", b"c7")
             .with(ENDPOINT_TYPE, "c1", b"e1'")
             .endpoints_only_since(1),
@@ -466,11 +470,11 @@ async fn endpoints_only_snapshots_recompute_endpoints_alone() {
     );
     s.expect_silence().await;
     // The next full change brings the cluster.
-    server.publish(
-        mesh(3)
-            .with(CLUSTER_TYPE, "c7", b"c7")
-            .with(ENDPOINT_TYPE, "c1", b"e1'"),
-    );
+    server.publish(MapSnapshot::sample(3).with(CLUSTER_TYPE, "c7", b"c7").with(
+        ENDPOINT_TYPE,
+        "c1",
+        b"e1'",
+    ));
     assert_eq!(payloads(&s.recv().await), ["c1", "c2", "c7"]);
 }
 
@@ -486,7 +490,7 @@ async fn connections_end_with_goaway_at_their_maximum_age() {
     let ended_before = pilotfish_xds::metrics::ADS_CONNECTIONS_ENDED
         .with_label_values(&["max_age"])
         .get();
-    let server = TestServer::start_with(config, Some(mesh(1))).await;
+    let server = TestServer::start_with(config, Some(MapSnapshot::sample(1))).await;
     let mut s = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");
     s.recv().await;
     let first_peer = server.registry.streams()[0].peer.clone();
@@ -525,7 +529,7 @@ async fn new_streams_beyond_the_rate_are_refused_fast() {
         new_streams_per_second: Some(1.0),
         ..AdsConfig::default()
     };
-    let server = TestServer::start_with(config, Some(mesh(1))).await;
+    let server = TestServer::start_with(config, Some(MapSnapshot::sample(1))).await;
     // A burst of twice the rate is admitted ...
     let mut a = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");
     let mut b = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");
@@ -553,7 +557,7 @@ async fn draining_spreads_connection_ends_over_the_grace() {
         drain_grace: std::time::Duration::from_millis(800),
         ..AdsConfig::default()
     };
-    let server = TestServer::start_with(config, Some(mesh(1))).await;
+    let server = TestServer::start_with(config, Some(MapSnapshot::sample(1))).await;
     let mut streams = Vec::new();
     for _ in 0..6 {
         let mut s = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");

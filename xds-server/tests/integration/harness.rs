@@ -264,20 +264,6 @@ pub fn names(response: &DeltaDiscoveryResponse) -> Vec<String> {
     response.resources.iter().map(|r| r.name.clone()).collect()
 }
 
-/// A small mesh: clusters c1, c2 with endpoints, listener l1, routes r1, r2. Each
-/// resource's payload is its own short name, so tests read payloads as names.
-pub fn mesh(version: u64) -> MapSnapshot {
-    use pilotfish_xds::ads::{CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE};
-    MapSnapshot::new(version)
-        .with(CLUSTER_TYPE, "c1", b"c1")
-        .with(CLUSTER_TYPE, "c2", b"c2")
-        .with(ENDPOINT_TYPE, "c1", b"e1")
-        .with(ENDPOINT_TYPE, "c2", b"e2")
-        .with(LISTENER_TYPE, "l1", b"l1")
-        .with(ROUTE_TYPE, "r1", b"r1")
-        .with(ROUTE_TYPE, "r2", b"r2")
-}
-
 /// Waits until `condition` holds; fails the test after [`PATIENCE`].
 pub async fn eventually(what: &str, condition: impl Fn() -> bool) {
     let deadline = tokio::time::Instant::now() + PATIENCE;
