@@ -19,8 +19,9 @@ use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use pilotfish_shared::model::{Proxy, ProxyGenerator};
 use prost::Message;
 
-use super::sanitize::{listener_references, report, route_clusters};
-use super::snapshot::GeneratedSnapshot;
+use super::findings::Finding;
+use super::sanitize::{listener_references, route_clusters};
+use super::snapshot::{GeneratedSnapshot, report};
 use crate::ads::XdsType;
 
 /// One reference that does not resolve.
@@ -222,9 +223,14 @@ pub fn check_snapshot(snapshot: &GeneratedSnapshot) -> Vec<BrokenReference> {
     for (name, proxy) in representative_proxies(snapshot) {
         out.extend(check_view(&name, &view_of(snapshot, &proxy)));
     }
-    for b in &out {
-        report(&b.to_string(), "snapshot");
-    }
+    let findings: Vec<Finding> = out
+        .iter()
+        .map(|b| Finding::InconsistentReference {
+            reference: b.to_string(),
+            kind: "snapshot",
+        })
+        .collect();
+    report(&findings);
     out
 }
 

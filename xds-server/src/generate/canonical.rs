@@ -14,24 +14,24 @@ use super::descriptors::pool;
 
 const ANY: &str = "google.protobuf.Any";
 
+/// Bytes that do not parse as the message they claim to be (never the case for messages
+/// we encoded ourselves: a bug), handed back unchanged.
+#[derive(Debug)]
+pub struct NotCanonical {
+    pub bytes: Vec<u8>,
+    pub why: &'static str,
+}
+
 /// The canonical encoding of `bytes`, a message named `type_name`; the input unchanged
-/// when the type is unknown or the bytes do not parse (neither happens for messages we
-/// encoded ourselves).
-pub fn canonicalize(type_name: &str, bytes: Vec<u8>) -> Vec<u8> {
+/// when the type is unknown, and back in the error when the bytes do not parse.
+pub fn canonicalize(type_name: &str, bytes: Vec<u8>) -> std::result::Result<Vec<u8>, NotCanonical> {
     let Some(desc) = pool().ok().and_then(|p| p.get_message_by_name(type_name)) else {
-        return bytes;
+        return Ok(bytes);
     };
     let mut out = Vec::with_capacity(bytes.len());
     match message(&desc, &bytes, &mut out) {
-        Ok(()) => out,
-        Err(why) => {
-            tracing::error!(
-                type_name,
-                why,
-                "cannot canonicalize an encoded message (a bug); sent as encoded"
-            );
-            bytes
-        }
+        Ok(()) => Ok(out),
+        Err(why) => Err(NotCanonical { bytes, why }),
     }
 }
 
@@ -209,12 +209,16 @@ mod tests {
         let first = canonicalize(
             &RouteConfiguration::full_name(),
             config(&keys).encode_to_vec(),
-        );
+        )
+        .unwrap();
         let mut orders = std::collections::HashSet::new();
         for _ in 0..32 {
             let raw = config(&keys).encode_to_vec();
             orders.insert(raw.clone());
-            assert_eq!(canonicalize(&RouteConfiguration::full_name(), raw), first);
+            assert_eq!(
+                canonicalize(&RouteConfiguration::full_name(), raw).unwrap(),
+                first
+            );
         }
         assert!(
             orders.len() > 1,
@@ -230,10 +234,11 @@ mod tests {
 
     #[test]
     fn unknown_types_and_garbage_pass_through() {
-        assert_eq!(canonicalize("no.such.Type", vec![1, 2, 3]), vec![1, 2, 3]);
         assert_eq!(
-            canonicalize(&RouteConfiguration::full_name(), vec![0x0a, 0xff]),
-            vec![0x0a, 0xff]
+            canonicalize("no.such.Type", vec![1, 2, 3]).unwrap(),
+            vec![1, 2, 3]
         );
+        let garbage = canonicalize(&RouteConfiguration::full_name(), vec![0x0a, 0xff]);
+        assert_eq!(garbage.unwrap_err().bytes, vec![0x0a, 0xff]);
     }
 }

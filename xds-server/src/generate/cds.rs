@@ -37,7 +37,7 @@ use pilotfish_shared::model::Protocol;
 use pilotfish_shared::push_context::PushContext;
 
 use super::eds::{cluster_endpoints, dns_load_assignment};
-use super::metrics::proxyless_downgrade;
+use super::findings::{Downgrade, Finding};
 use super::names;
 use super::plan::{ClusterPlan, Discovery, OutboundPlan};
 use super::scope::{Flavor, InboundPort};
@@ -51,13 +51,18 @@ pub const HTTP_PROTOCOL_OPTIONS: &str = "envoy.extensions.upstreams.http.v3.Http
 const DEFAULT_RING_SIZE: u64 = 1024;
 
 /// Outbound clusters of `plan`; for sidecars also Passthrough, BlackHole and
-/// InboundPassthrough.
-pub fn outbound_clusters(push: &PushContext, plan: &OutboundPlan, flavor: Flavor) -> Vec<Cluster> {
+/// InboundPassthrough. What a proxyless client cannot use is noted in `findings`.
+pub fn outbound_clusters(
+    push: &PushContext,
+    plan: &OutboundPlan,
+    flavor: Flavor,
+    findings: &mut Vec<Finding>,
+) -> Vec<Cluster> {
     let connect_timeout = push.mesh().connect_timeout;
     let mut out: Vec<Cluster> = plan
         .clusters
         .iter()
-        .map(|c| outbound_cluster(push, c, flavor, connect_timeout))
+        .map(|c| outbound_cluster(push, c, flavor, connect_timeout, findings))
         .collect();
     if flavor == Flavor::Sidecar {
         out.push(passthrough_cluster(
@@ -85,6 +90,7 @@ fn outbound_cluster(
     plan: &ClusterPlan,
     flavor: Flavor,
     mesh_connect_timeout: std::time::Duration,
+    findings: &mut Vec<Finding>,
 ) -> Cluster {
     let policy = &plan.policy;
     let pool = policy.connection_pool.as_ref();
@@ -116,7 +122,7 @@ fn outbound_cluster(
             };
             cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(kind as i32));
             cluster.dns_lookup_family = DnsLookupFamily::V4Only as i32;
-            let mut endpoints = cluster_endpoints(push, plan, false);
+            let mut endpoints = cluster_endpoints(push, plan);
             let external;
             if endpoints.is_empty()
                 && let Some(name) = &plan.service.external_name
@@ -147,7 +153,7 @@ fn outbound_cluster(
         }
     }
 
-    let lb = lb_setup(policy.load_balancer.as_ref(), flavor, &plan.name);
+    let lb = lb_setup(policy.load_balancer.as_ref(), flavor, &plan.name, findings);
     cluster.lb_policy = if plan.discovery == Discovery::OriginalDst {
         LbPolicy::ClusterProvided as i32
     } else {
@@ -212,11 +218,11 @@ fn outbound_cluster(
         .and_then(|p| p.http.as_ref())
         .is_some_and(|h| h.idle_timeout.is_some() || h.max_requests_per_connection.is_some())
     {
-        proxyless_downgrade(
+        findings.push(Finding::Downgrade(Downgrade::new(
             "http_protocol_options",
-            &plan.name,
+            plan.name.as_str(),
             "connection pool idle timeout / max requests per connection",
-        );
+        )));
     }
 
     let default_sni = (plan.service.mesh_external && !plan.service.is_wildcard())
@@ -227,6 +233,7 @@ fn outbound_cluster(
         &plan.name,
         (plan.port.port, &plan.subset, &plan.service.hostname),
         default_sni,
+        findings,
     );
     cluster
 }
@@ -242,7 +249,12 @@ pub struct LbSetup {
 /// (Istio's default); consistent hashing is ring hash unless `maglev` is asked for.
 /// Proxyless clients get round robin or ring hash only: gRPC rejects a cluster whose
 /// policy it lacks, so other choices fall back with a log line and a metric.
-pub fn lb_setup(lb: Option<&LoadBalancerSettings>, flavor: Flavor, cluster: &str) -> LbSetup {
+pub fn lb_setup(
+    lb: Option<&LoadBalancerSettings>,
+    flavor: Flavor,
+    cluster: &str,
+    findings: &mut Vec<Finding>,
+) -> LbSetup {
     if let Some(hash) = lb.and_then(|l| l.consistent_hash.as_ref()) {
         let ring = |minimum: Option<u64>| LbSetup {
             policy: LbPolicy::RingHash,
@@ -260,11 +272,11 @@ pub fn lb_setup(lb: Option<&LoadBalancerSettings>, flavor: Flavor, cluster: &str
             .or(hash.minimum_ring_size);
         if let Some(maglev) = &hash.maglev {
             if flavor == Flavor::Proxyless {
-                proxyless_downgrade(
+                findings.push(Finding::Downgrade(Downgrade::new(
                     "maglev",
                     cluster,
                     "MAGLEV load balancing (ring hash is used)",
-                );
+                )));
                 return ring(None);
             }
             return LbSetup {
@@ -299,11 +311,11 @@ pub fn lb_setup(lb: Option<&LoadBalancerSettings>, flavor: Flavor, cluster: &str
                 | SimpleLb::Passthrough),
             ) = simple
             {
-                proxyless_downgrade(
+                findings.push(Finding::Downgrade(Downgrade::new(
                     "simple_lb",
                     cluster,
-                    &format!("load balancer {s:?} (round robin is used)"),
-                );
+                    format!("load balancer {s:?} (round robin is used)"),
+                )));
             }
             LbSetup {
                 policy: LbPolicy::RoundRobin,
@@ -544,7 +556,13 @@ mod tests {
         ];
         for (input, expected) in cases {
             assert_eq!(
-                lb_setup(Some(&lb(input.clone())), Flavor::Sidecar, "c").policy,
+                lb_setup(
+                    Some(&lb(input.clone())),
+                    Flavor::Sidecar,
+                    "c",
+                    &mut Vec::new()
+                )
+                .policy,
                 expected,
                 "{input}"
             );
@@ -555,6 +573,7 @@ mod tests {
             )),
             Flavor::Sidecar,
             "c",
+            &mut Vec::new(),
         );
         let Some(LbConfig::RingHashLbConfig(cfg)) = ring.config else {
             panic!()
@@ -566,6 +585,7 @@ mod tests {
             )),
             Flavor::Sidecar,
             "c",
+            &mut Vec::new(),
         )
         .config
         else {
@@ -582,7 +602,7 @@ mod tests {
             json!({}),
         ] {
             assert_eq!(
-                lb_setup(Some(&lb(input)), Flavor::Proxyless, "c").policy,
+                lb_setup(Some(&lb(input)), Flavor::Proxyless, "c", &mut Vec::new()).policy,
                 LbPolicy::RoundRobin
             );
         }
@@ -592,6 +612,7 @@ mod tests {
             )),
             Flavor::Proxyless,
             "c",
+            &mut Vec::new(),
         );
         assert_eq!(
             maglev.policy,

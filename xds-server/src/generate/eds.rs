@@ -23,30 +23,48 @@ use pilotfish_shared::api::LocalityLoadBalancerSetting;
 use pilotfish_shared::model::{Endpoint, EndpointHealth, Locality};
 use pilotfish_shared::push_context::PushContext;
 
+use super::findings::Finding;
 use super::plan::{ClusterPlan, Discovery, OutboundPlan};
 use super::scope::{Flavor, Scope};
 use super::util::u32_value;
 
-/// ClusterLoadAssignments of every EDS cluster of `plan`.
+/// ClusterLoadAssignments of every EDS cluster of `plan`; endpoints that cannot be sent
+/// are noted in `findings`.
 pub fn load_assignments(
     push: &PushContext,
     plan: &OutboundPlan,
     scope: &Scope,
+    findings: &mut Vec<Finding>,
 ) -> Vec<ClusterLoadAssignment> {
     plan.clusters
         .iter()
         .filter(|c| c.discovery == Discovery::Eds)
-        .map(|c| load_assignment(push, c, scope))
+        .map(|c| load_assignment(push, c, scope, findings))
         .collect()
 }
 
-/// The endpoints of one cluster, as a ClusterLoadAssignment named like the cluster.
+/// The endpoints of one cluster, as a ClusterLoadAssignment named like the cluster. EDS
+/// carries addresses, never names to resolve: an endpoint whose address is not an IP is
+/// left out (and noted in `findings`).
 pub fn load_assignment(
     push: &PushContext,
     cluster: &ClusterPlan,
     scope: &Scope,
+    findings: &mut Vec<Finding>,
 ) -> ClusterLoadAssignment {
-    let endpoints = cluster_endpoints(push, cluster, true);
+    let endpoints: Vec<&Endpoint> = cluster_endpoints(push, cluster)
+        .into_iter()
+        .filter(|e| {
+            let is_ip = e.address.parse::<std::net::IpAddr>().is_ok();
+            if !is_ip {
+                findings.push(Finding::NonIpEndpoint {
+                    cluster: cluster.name.clone(),
+                    address: e.address.clone(),
+                });
+            }
+            is_ip
+        })
+        .collect();
     let locality = LocalityContext {
         setting: cluster
             .policy
@@ -65,13 +83,7 @@ pub fn load_assignment(
 }
 
 /// The endpoints of a cluster's port and subset that are sent (unready ones are not).
-/// With `ip_only`, endpoints whose address is not an IP are left out: EDS carries
-/// addresses, never names to resolve.
-pub fn cluster_endpoints<'a>(
-    push: &'a PushContext,
-    cluster: &'a ClusterPlan,
-    ip_only: bool,
-) -> Vec<&'a Endpoint> {
+pub fn cluster_endpoints<'a>(push: &'a PushContext, cluster: &'a ClusterPlan) -> Vec<&'a Endpoint> {
     let Some(eps) = push
         .endpoints(&cluster.service)
         .and_then(|e| e.port(cluster.port.port))
@@ -80,17 +92,6 @@ pub fn cluster_endpoints<'a>(
     };
     eps.matching(&cluster.subset_labels)
         .filter(|e| e.health != EndpointHealth::Unhealthy)
-        .filter(|e| {
-            let is_ip = e.address.parse::<std::net::IpAddr>().is_ok();
-            if ip_only && !is_ip {
-                tracing::warn!(
-                    cluster = %cluster.name,
-                    address = %e.address,
-                    "endpoint address is not an IP; left out of EDS"
-                );
-            }
-            is_ip || !ip_only
-        })
         .collect()
 }
 

@@ -44,14 +44,14 @@ use pilotfish_shared::model::{Protocol, Proxy, labels_match};
 use pilotfish_shared::push_context::PushContext;
 
 use super::eds::socket_address;
-use super::metrics::UNRESOLVED_DESTINATIONS;
+use super::findings::{Finding, RouteKind};
 use super::names;
 use super::plan::{ClusterPlan, OutboundPlan};
 use super::route::{
     CORS_FILTER, FAULT_FILTER, ROUTER_FILTER, RouteEnv, destination_cluster, http_filter,
     normalized_weights,
 };
-use super::scope::{Flavor, InboundPort};
+use super::scope::InboundPort;
 use super::util::{ads_config_source, any, bool_value, u32_value, zero_duration};
 
 pub const HCM_FILTER: &str = "envoy.filters.network.http_connection_manager";
@@ -65,11 +65,13 @@ pub fn unknown_destination_cluster(push: &PushContext) -> &'static str {
     }
 }
 
-/// A sidecar's `virtualOutbound` and per-port outbound listeners.
+/// A sidecar's `virtualOutbound` and per-port outbound listeners; TCP route destinations
+/// without a cluster are noted in `findings`.
 pub fn sidecar_outbound_listeners(
     push: &PushContext,
     proxy: &Proxy,
     plan: &OutboundPlan,
+    findings: &mut Vec<Finding>,
 ) -> Vec<Listener> {
     let unknown = unknown_destination_cluster(push);
     let mut out = vec![Listener {
@@ -95,7 +97,7 @@ pub fn sidecar_outbound_listeners(
     }
     for (port, services) in by_port {
         out.push(outbound_port_listener(
-            push, proxy, plan, port, &services, unknown,
+            push, proxy, plan, port, &services, unknown, findings,
         ));
     }
     out
@@ -108,6 +110,7 @@ fn outbound_port_listener(
     port: u32,
     services: &[&ClusterPlan],
     unknown: &str,
+    findings: &mut Vec<Finding>,
 ) -> Listener {
     let mut chains = Vec::new();
     let mut claimed_ips: HashSet<String> = HashSet::new();
@@ -115,7 +118,7 @@ fn outbound_port_listener(
     let mut default_tcp: Vec<&ClusterPlan> = Vec::new();
     let has_http = services.iter().any(|c| c.port.protocol.is_http());
     for c in services.iter().filter(|c| !c.port.protocol.is_http()) {
-        let tcp = tcp_destination(push, proxy, plan, c, port);
+        let tcp = tcp_destination(push, proxy, plan, c, port, findings);
         let ranges: Vec<CidrRange> = c
             .service
             .addresses
@@ -162,7 +165,7 @@ fn outbound_port_listener(
             sidecar_http_filters(),
         )
     } else if let [only] = default_tcp.as_slice() {
-        tcp_destination(push, proxy, plan, only, port)
+        tcp_destination(push, proxy, plan, only, port, findings)
     } else {
         tcp_proxy_filter(
             unknown,
@@ -219,6 +222,7 @@ fn tcp_destination(
     plan: &OutboundPlan,
     c: &ClusterPlan,
     port: u32,
+    findings: &mut Vec<Finding>,
 ) -> Filter {
     let route = push
         .virtual_service_for_host(&c.service.hostname, &proxy.namespace)
@@ -252,7 +256,6 @@ fn tcp_destination(
     let env = RouteEnv {
         push,
         proxy,
-        flavor: Flavor::Sidecar,
         plan,
         port,
     };
@@ -262,7 +265,7 @@ fn tcp_destination(
         .iter()
         .zip(weights)
         .filter(|(_, w)| *w > 0)
-        .map(|(d, w)| (resolve_tcp(&env, &d.destination), w))
+        .map(|(d, w)| (resolve_tcp(&env, &d.destination, findings), w))
         .collect();
     let specifier = if clusters.len() == 1 {
         tcp_proxy::ClusterSpecifier::Cluster(clusters.remove(0).0)
@@ -295,11 +298,19 @@ fn tcp_route_applies(r: &TcpRoute, proxy: &Proxy, port: u32) -> bool {
         })
 }
 
-/// A TCP destination's cluster; one the proxy does not have becomes `BlackHoleCluster`.
-fn resolve_tcp(env: &RouteEnv<'_>, dest: &pilotfish_shared::api::Destination) -> String {
-    destination_cluster(env, dest).unwrap_or_else(|name| {
-        tracing::warn!(cluster = %name, "TCP route destination has no cluster for this proxy; connections are refused");
-        UNRESOLVED_DESTINATIONS.with_label_values(&["tcp"]).inc();
+/// A TCP destination's cluster; one the proxy does not have becomes `BlackHoleCluster`
+/// (and is noted in `findings`).
+fn resolve_tcp(
+    env: &RouteEnv<'_>,
+    dest: &pilotfish_shared::api::Destination,
+    findings: &mut Vec<Finding>,
+) -> String {
+    destination_cluster(env, dest).unwrap_or_else(|cluster| {
+        findings.push(Finding::UnresolvedDestination {
+            kind: RouteKind::Tcp,
+            cluster,
+            namespace: env.proxy.namespace.clone(),
+        });
         names::BLACKHOLE_CLUSTER.to_string()
     })
 }

@@ -1,5 +1,5 @@
 //! Metrics of the generators (default Prometheus registry, `pilotfish_` names: Istio has no
-//! equivalents).
+//! equivalents). The snapshot updates them from the generators' findings.
 
 use std::sync::LazyLock;
 
@@ -68,27 +68,14 @@ pub fn register_all() {
     LazyLock::force(&GENERATIONS);
 }
 
-/// Records a feature left out for proxyless clients, with the log line operators see.
-pub fn note_proxyless_downgrade(feature: &'static str) {
-    PROXYLESS_DOWNGRADES.with_label_values(&[feature]).inc();
-}
-
-/// Like [`note_proxyless_downgrade`], naming the resource concerned in the log.
-pub fn proxyless_downgrade(feature: &'static str, resource: &str, what: &str) {
-    tracing::warn!(
-        feature,
-        resource,
-        "proxyless gRPC clients do not support {what}; left out for them"
-    );
-    note_proxyless_downgrade(feature);
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
     fn every_metric_registers() {
         super::register_all();
-        super::proxyless_downgrade("maglev", "outbound|80||a", "MAGLEV");
+        super::PROXYLESS_DOWNGRADES
+            .with_label_values(&["maglev"])
+            .inc();
         super::INCONSISTENT_REFERENCES
             .with_label_values(&["rds"])
             .inc();

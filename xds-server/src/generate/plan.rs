@@ -11,7 +11,7 @@ use pilotfish_shared::api::{Labels, SimpleLb};
 use pilotfish_shared::model::{Protocol, Proxy, Resolution, Service, ServicePort};
 use pilotfish_shared::push_context::{EffectiveDestinationRule, PushContext};
 
-use super::metrics::proxyless_downgrade;
+use super::findings::{Downgrade, Finding};
 use super::names;
 use super::policy::{ClusterPolicy, cluster_policy};
 use super::scope::Flavor;
@@ -73,8 +73,14 @@ impl OutboundPlan {
     }
 }
 
-/// The plan for `proxy` (whose scope the result is shared by).
-pub fn outbound_plan(push: &PushContext, proxy: &Proxy, flavor: Flavor) -> OutboundPlan {
+/// The plan for `proxy` (whose scope the result is shared by); services a proxyless
+/// client cannot use are noted in `findings`.
+pub fn outbound_plan(
+    push: &PushContext,
+    proxy: &Proxy,
+    flavor: Flavor,
+    findings: &mut Vec<Finding>,
+) -> OutboundPlan {
     let mut clusters = Vec::new();
     for service in push.services_visible_to(&proxy.namespace) {
         let rule = push.destination_rule(proxy, &service.hostname, Some(&service.namespace));
@@ -84,7 +90,7 @@ pub fn outbound_plan(push: &PushContext, proxy: &Proxy, flavor: Flavor) -> Outbo
                 continue;
             }
             let base = cluster_policy(rule.as_ref(), port.port, None);
-            let Some(kind) = discovery(service, &base, flavor) else {
+            let Some(kind) = discovery(service, &base, flavor, findings) else {
                 continue;
             };
             clusters.push(ClusterPlan {
@@ -101,7 +107,7 @@ pub fn outbound_plan(push: &PushContext, proxy: &Proxy, flavor: Flavor) -> Outbo
                 .flat_map(|r: &EffectiveDestinationRule| &r.spec.subsets)
             {
                 let policy = cluster_policy(rule.as_ref(), port.port, Some(subset));
-                let Some(kind) = discovery(service, &policy, flavor) else {
+                let Some(kind) = discovery(service, &policy, flavor, findings) else {
                     continue;
                 };
                 clusters.push(ClusterPlan {
@@ -120,7 +126,12 @@ pub fn outbound_plan(push: &PushContext, proxy: &Proxy, flavor: Flavor) -> Outbo
 }
 
 /// How `service` is discovered; `None` when the flavour cannot use it at all.
-fn discovery(service: &Service, policy: &ClusterPolicy, flavor: Flavor) -> Option<Discovery> {
+fn discovery(
+    service: &Service,
+    policy: &ClusterPolicy,
+    flavor: Flavor,
+    findings: &mut Vec<Finding>,
+) -> Option<Discovery> {
     let passthrough_lb = policy
         .load_balancer
         .as_ref()
@@ -141,11 +152,11 @@ fn discovery(service: &Service, policy: &ClusterPolicy, flavor: Flavor) -> Optio
                 Some(Discovery::Eds)
             }
             _ => {
-                proxyless_downgrade(
+                findings.push(Finding::Downgrade(Downgrade::new(
                     "non_eds_cluster",
-                    &service.hostname,
+                    service.hostname.as_str(),
                     "DNS-resolved or wildcard services (no EDS cluster is sent)",
-                );
+                )));
                 None
             }
         },

@@ -12,10 +12,12 @@
 use std::collections::{BTreeMap, HashSet};
 
 use envoy_types::pb::envoy::config::route::v3::{Route, RouteConfiguration, VirtualHost};
+use pilotfish_shared::api::HttpRoute;
 use pilotfish_shared::mesh_config::OutboundTrafficPolicy;
 use pilotfish_shared::model::{Proxy, Service};
 use pilotfish_shared::push_context::{PushContext, VirtualServiceConfig};
 
+use super::findings::Finding;
 use super::names;
 use super::plan::{ClusterPlan, OutboundPlan};
 use super::route::{RouteEnv, catch_all_route, default_route, http_route};
@@ -39,11 +41,12 @@ pub fn http_ports(plan: &OutboundPlan) -> BTreeMap<u32, Vec<&ClusterPlan>> {
     out
 }
 
-/// A sidecar's route configurations.
+/// A sidecar's route configurations; what translation noticed goes to `findings`.
 pub fn sidecar_route_configs(
     push: &PushContext,
     proxy: &Proxy,
     plan: &OutboundPlan,
+    findings: &mut Vec<Finding>,
 ) -> Vec<RouteConfiguration> {
     let vs_only_hosts = virtual_service_only_hosts(push, proxy);
     http_ports(plan)
@@ -52,7 +55,6 @@ pub fn sidecar_route_configs(
             let env = RouteEnv {
                 push,
                 proxy,
-                flavor: Flavor::Sidecar,
                 plan,
                 port,
             };
@@ -65,22 +67,18 @@ pub fn sidecar_route_configs(
                     &proxy.namespace,
                     push.cluster_domain(),
                 );
-                let routes = service_routes(&env, &c.service, &c.name);
+                let routes = service_routes(&env, &c.service, &c.name, Flavor::Sidecar, findings);
                 push_vhost(
                     &mut vhosts,
                     &mut claimed,
                     names::host_port(&c.service.hostname, port),
                     domains,
                     routes,
+                    findings,
                 );
             }
             for (host, vs) in &vs_only_hosts {
-                let routes = vs
-                    .spec
-                    .http
-                    .iter()
-                    .flat_map(|r| http_route(&env, r))
-                    .collect();
+                let routes = http_routes(&env, &vs.spec.http, Flavor::Sidecar, findings);
                 let domains = vec![names::host_port(host, port), host.clone()];
                 push_vhost(
                     &mut vhosts,
@@ -88,6 +86,7 @@ pub fn sidecar_route_configs(
                     names::host_port(host, port),
                     domains,
                     routes,
+                    findings,
                 );
             }
             vhosts.push(match push.mesh().outbound_traffic_policy {
@@ -120,11 +119,13 @@ pub fn sidecar_route_configs(
         .collect()
 }
 
-/// A proxyless client's route configurations, one per whole-service cluster.
+/// A proxyless client's route configurations, one per whole-service cluster; what
+/// translation and the proxyless pass noticed goes to `findings`.
 pub fn proxyless_route_configs(
     push: &PushContext,
     proxy: &Proxy,
     plan: &OutboundPlan,
+    findings: &mut Vec<Finding>,
 ) -> Vec<RouteConfiguration> {
     plan.clusters
         .iter()
@@ -134,7 +135,6 @@ pub fn proxyless_route_configs(
             let env = RouteEnv {
                 push,
                 proxy,
-                flavor: Flavor::Proxyless,
                 plan,
                 port,
             };
@@ -146,7 +146,7 @@ pub fn proxyless_route_configs(
                 virtual_hosts: vec![VirtualHost {
                     name,
                     domains,
-                    routes: service_routes(&env, &c.service, &c.name),
+                    routes: service_routes(&env, &c.service, &c.name, Flavor::Proxyless, findings),
                     ..Default::default()
                 }],
                 ..Default::default()
@@ -156,20 +156,42 @@ pub fn proxyless_route_configs(
 }
 
 /// Routes of one service: its VirtualService's HTTP routes, or the default route.
-fn service_routes(env: &RouteEnv<'_>, service: &Service, cluster: &str) -> Vec<Route> {
+fn service_routes(
+    env: &RouteEnv<'_>,
+    service: &Service,
+    cluster: &str,
+    flavor: Flavor,
+    findings: &mut Vec<Finding>,
+) -> Vec<Route> {
     match env
         .push
         .virtual_service_for_host(&service.hostname, &env.proxy.namespace)
         .filter(|vs| !vs.spec.http.is_empty())
     {
-        Some(vs) => vs
-            .spec
-            .http
-            .iter()
-            .flat_map(|r| http_route(env, r))
-            .collect(),
-        None => vec![default_route(env, cluster, &service.hostname, env.port)],
+        Some(vs) => http_routes(env, &vs.spec.http, flavor, findings),
+        None => {
+            let (route, downgrades) =
+                default_route(env, cluster, &service.hostname, env.port, flavor);
+            findings.extend(downgrades.into_iter().map(Finding::Downgrade));
+            vec![route]
+        }
     }
+}
+
+/// The routes of a VirtualService's `http` list, in order.
+fn http_routes(
+    env: &RouteEnv<'_>,
+    http: &[HttpRoute],
+    flavor: Flavor,
+    findings: &mut Vec<Finding>,
+) -> Vec<Route> {
+    let mut out = Vec::new();
+    for r in http {
+        let (routes, found) = http_route(env, r, flavor);
+        out.extend(routes);
+        findings.extend(found);
+    }
+    out
 }
 
 /// VirtualService hosts that are not service host names (e.g. `*.example.com`, or a name
@@ -203,11 +225,15 @@ fn push_vhost(
     name: String,
     domains: Vec<String>,
     routes: Vec<Route>,
+    findings: &mut Vec<Finding>,
 ) {
     // Virtual host names must be unique too; `claimed` holds them under a prefix that no
     // domain can carry.
     if !claimed.insert(format!("\u{0}{name}")) {
-        tracing::debug!(vhost = %name, "virtual host generated twice; keeping the first");
+        findings.push(Finding::VirtualHostSkipped {
+            vhost: name,
+            reason: "virtual host generated twice; keeping the first",
+        });
         return;
     }
     let domains: Vec<String> = domains
@@ -215,7 +241,10 @@ fn push_vhost(
         .filter(|d| claimed.insert(d.clone()))
         .collect();
     if domains.is_empty() {
-        tracing::debug!(vhost = %name, "every domain already claimed by another virtual host; skipped");
+        findings.push(Finding::VirtualHostSkipped {
+            vhost: name,
+            reason: "every domain already claimed by another virtual host; skipped",
+        });
         return;
     }
     vhosts.push(VirtualHost {

@@ -1,9 +1,10 @@
 //! The last step of generating a part: every reference a generated route or listener makes
 //! is checked against the clusters the same scope sends, and a broken one is replaced
 //! before it can be sent (a route answers 503, a TCP chain goes to `BlackHoleCluster`).
-//! A broken reference is a bug; it is logged at error level and counted in
-//! `pilotfish_xds_inconsistent_references_total`. Also what the references of a route
-//! configuration or listener are, which the audit ([`super::audit`]) reads too.
+//! A broken reference is a bug: each replacement is returned as a [`Finding`], which the
+//! snapshot logs at error level and counts in `pilotfish_xds_inconsistent_references_total`.
+//! Also what the references of a route configuration or listener are, which the audit
+//! reads too.
 
 use envoy_types::pb::envoy::config::listener::v3::{Filter, Listener, filter};
 use envoy_types::pb::envoy::config::route::v3::{
@@ -15,8 +16,8 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{TcpProxy, tcp_proxy};
 use prost::Message;
 
+use super::findings::Finding;
 use super::lds::{HCM_FILTER, TCP_PROXY_FILTER};
-use super::metrics::INCONSISTENT_REFERENCES;
 use super::names;
 use super::util::any;
 
@@ -96,18 +97,17 @@ pub(crate) fn listener_references(l: &Listener) -> (Vec<String>, Vec<String>) {
     (clusters, rds)
 }
 
-pub(crate) fn report(what: &str, kind: &'static str) {
-    tracing::error!(
-        reference = what,
-        "inconsistent generated reference (a Pilotfish bug); replaced before sending"
-    );
-    INCONSISTENT_REFERENCES.with_label_values(&[kind]).inc();
+fn broken(reference: String, kind: &'static str) -> Finding {
+    Finding::InconsistentReference { reference, kind }
 }
 
 /// Replaces every route that names an unknown cluster with a 503 direct response, and
-/// drops mirrors of unknown clusters. Returns how many references were broken.
-pub fn sanitize_routes(configs: &mut [RouteConfiguration], known: &dyn Fn(&str) -> bool) -> usize {
-    let mut broken = 0;
+/// drops mirrors of unknown clusters. Returns each broken reference.
+pub fn sanitize_routes(
+    configs: &mut [RouteConfiguration],
+    known: &dyn Fn(&str) -> bool,
+) -> Vec<Finding> {
+    let mut found = Vec::new();
     for rc in configs.iter_mut() {
         for vh in rc.virtual_hosts.iter_mut() {
             for r in vh.routes.iter_mut() {
@@ -117,8 +117,10 @@ pub fn sanitize_routes(configs: &mut [RouteConfiguration], known: &dyn Fn(&str) 
                 a.request_mirror_policies.retain(|m| {
                     let ok = known(&m.cluster);
                     if !ok {
-                        broken += 1;
-                        report(&format!("{} mirror -> {}", rc.name, m.cluster), "rds");
+                        found.push(broken(
+                            format!("{} mirror -> {}", rc.name, m.cluster),
+                            "rds",
+                        ));
                     }
                     ok
                 });
@@ -132,8 +134,7 @@ pub fn sanitize_routes(configs: &mut [RouteConfiguration], known: &dyn Fn(&str) 
                     _ => None,
                 };
                 if let Some(bad) = bad {
-                    broken += 1;
-                    report(&format!("{}/{} -> {bad}", rc.name, vh.name), "rds");
+                    found.push(broken(format!("{}/{} -> {bad}", rc.name, vh.name), "rds"));
                     r.action = Some(Action::DirectResponse(DirectResponseAction {
                         status: 503,
                         ..Default::default()
@@ -143,13 +144,16 @@ pub fn sanitize_routes(configs: &mut [RouteConfiguration], known: &dyn Fn(&str) 
             }
         }
     }
-    broken
+    found
 }
 
 /// Points every tcp_proxy naming an unknown cluster at `BlackHoleCluster` (sidecars
-/// always have it). Returns how many references were broken.
-pub fn sanitize_listeners(listeners: &mut [Listener], known: &dyn Fn(&str) -> bool) -> usize {
-    let mut broken = 0;
+/// always have it). Returns each broken reference.
+pub fn sanitize_listeners(
+    listeners: &mut [Listener],
+    known: &dyn Fn(&str) -> bool,
+) -> Vec<Finding> {
+    let mut found = Vec::new();
     for l in listeners.iter_mut() {
         let name = l.name.clone();
         for chain in l
@@ -172,8 +176,7 @@ pub fn sanitize_listeners(listeners: &mut [Listener], known: &dyn Fn(&str) -> bo
                     None => false,
                 };
                 if bad {
-                    broken += 1;
-                    report(&format!("{name} tcp_proxy {}", t.stat_prefix), "lds");
+                    found.push(broken(format!("{name} tcp_proxy {}", t.stat_prefix), "lds"));
                     t.cluster_specifier = Some(tcp_proxy::ClusterSpecifier::Cluster(
                         names::BLACKHOLE_CLUSTER.to_string(),
                     ));
@@ -182,7 +185,7 @@ pub fn sanitize_listeners(listeners: &mut [Listener], known: &dyn Fn(&str) -> bo
             }
         }
     }
-    broken
+    found
 }
 
 #[cfg(test)]
@@ -213,8 +216,14 @@ mod tests {
     #[test]
     fn sanitize_replaces_broken_routes_with_503() {
         let mut configs = vec![rc("outbound|80||missing"), rc("ok")];
-        let broken = sanitize_routes(&mut configs, &|c| c == "ok");
-        assert_eq!(broken, 1);
+        let found = sanitize_routes(&mut configs, &|c| c == "ok");
+        assert_eq!(
+            found,
+            [Finding::InconsistentReference {
+                reference: "80/a:80 -> outbound|80||missing".into(),
+                kind: "rds"
+            }]
+        );
         assert!(matches!(
             configs[0].virtual_hosts[0].routes[0].action,
             Some(Action::DirectResponse(DirectResponseAction {

@@ -7,6 +7,10 @@
 //!
 //! Each cache slot is a `OnceLock`: concurrent requests for the same part wait for one
 //! generation instead of repeating it.
+//!
+//! The generators do no telemetry: each part's generation returns its [`Finding`]s, and
+//! [`report`] logs and counts them here — once per generated part, since parts are
+//! cached.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
@@ -19,7 +23,10 @@ use pilotfish_shared::push_context::{PushContext, diff};
 use crate::ads::{ChangeKind, Resource, XdsSnapshot, XdsType};
 
 use super::canonical::canonicalize;
-use super::metrics::GENERATIONS;
+use super::findings::{Finding, RouteKind};
+use super::metrics::{
+    GENERATIONS, INCONSISTENT_REFERENCES, PROXYLESS_DOWNGRADES, UNRESOLVED_DESTINATIONS,
+};
 use super::plan::{OutboundPlan, outbound_plan};
 use super::sanitize::{sanitize_listeners, sanitize_routes};
 use super::scope::{Flavor, Part, Scope, ScopeIndex};
@@ -154,7 +161,10 @@ impl GeneratedSnapshot {
     fn plan(&self, proxy: &Proxy, scope: &Scope) -> Arc<OutboundPlan> {
         let key = scope.for_part(Part::OutboundClusters);
         self.plans.get_or_init(key, || {
-            Arc::new(outbound_plan(&self.push, proxy, Flavor::of(proxy)))
+            let mut findings = Vec::new();
+            let plan = outbound_plan(&self.push, proxy, Flavor::of(proxy), &mut findings);
+            report(&findings);
+            Arc::new(plan)
         })
     }
 
@@ -163,19 +173,31 @@ impl GeneratedSnapshot {
         self.parts.get_or_init(key, || {
             self.generations.fetch_add(1, Ordering::Relaxed);
             GENERATIONS.with_label_values(&[part_label(part)]).inc();
-            Arc::new(self.generate(proxy, scope, part))
+            let mut findings = Vec::new();
+            let resources = self.generate(proxy, scope, part, &mut findings);
+            report(&findings);
+            Arc::new(resources)
         })
     }
 
-    /// Generates one part. `proxy` stands for every proxy of its scope: the generators
-    /// read nothing of it that the scope does not capture.
-    fn generate(&self, proxy: &Proxy, scope: &Scope, part: Part) -> ResourceMap {
+    /// Generates one part; what the generators noticed goes to `findings`. `proxy` stands
+    /// for every proxy of its scope: the generators read nothing of it that the scope does
+    /// not capture.
+    fn generate(
+        &self,
+        proxy: &Proxy,
+        scope: &Scope,
+        part: Part,
+        findings: &mut Vec<Finding>,
+    ) -> ResourceMap {
         let push = &*self.push;
         let flavor = Flavor::of(proxy);
         match part {
             Part::OutboundClusters => {
                 let plan = self.plan(proxy, scope);
-                encode(cds::outbound_clusters(push, &plan, flavor), |c| &c.name)
+                encode(cds::outbound_clusters(push, &plan, flavor, findings), |c| {
+                    &c.name
+                })
             }
             Part::InboundClusters => encode(
                 cds::inbound_clusters(&scope.inbound, push.mesh().connect_timeout),
@@ -183,17 +205,21 @@ impl GeneratedSnapshot {
             ),
             Part::Endpoints => {
                 let plan = self.plan(proxy, scope);
-                encode(eds::load_assignments(push, &plan, scope), |c| {
+                encode(eds::load_assignments(push, &plan, scope, findings), |c| {
                     &c.cluster_name
                 })
             }
             Part::OutboundListeners => {
                 let plan = self.plan(proxy, scope);
                 let mut listeners = match flavor {
-                    Flavor::Sidecar => lds::sidecar_outbound_listeners(push, proxy, &plan),
+                    Flavor::Sidecar => {
+                        lds::sidecar_outbound_listeners(push, proxy, &plan, findings)
+                    }
                     Flavor::Proxyless => lds::proxyless_listeners(&plan),
                 };
-                sanitize_listeners(&mut listeners, &|c| known_cluster(&plan, flavor, c));
+                findings.extend(sanitize_listeners(&mut listeners, &|c| {
+                    known_cluster(&plan, flavor, c)
+                }));
                 encode(listeners, |l| &l.name)
             }
             Part::InboundListener => {
@@ -204,11 +230,84 @@ impl GeneratedSnapshot {
             Part::Routes => {
                 let plan = self.plan(proxy, scope);
                 let mut routes = match flavor {
-                    Flavor::Sidecar => rds::sidecar_route_configs(push, proxy, &plan),
-                    Flavor::Proxyless => rds::proxyless_route_configs(push, proxy, &plan),
+                    Flavor::Sidecar => rds::sidecar_route_configs(push, proxy, &plan, findings),
+                    Flavor::Proxyless => rds::proxyless_route_configs(push, proxy, &plan, findings),
                 };
-                sanitize_routes(&mut routes, &|c| known_cluster(&plan, flavor, c));
+                findings.extend(sanitize_routes(&mut routes, &|c| {
+                    known_cluster(&plan, flavor, c)
+                }));
                 encode(routes, |r| &r.name)
+            }
+        }
+    }
+}
+
+/// Logs and counts what generating one part (or plan, or the audit) noticed; the
+/// generators only return it.
+pub(crate) fn report(findings: &[Finding]) {
+    for finding in findings {
+        match finding {
+            Finding::Downgrade(d) => {
+                tracing::warn!(
+                    feature = d.feature,
+                    resource = d.resource.as_str(),
+                    "proxyless gRPC clients do not support {}; left out for them",
+                    d.what
+                );
+                PROXYLESS_DOWNGRADES.with_label_values(&[d.feature]).inc();
+            }
+            Finding::UnresolvedDestination {
+                kind: RouteKind::Http,
+                cluster,
+                namespace,
+            } => {
+                tracing::warn!(
+                    cluster = %cluster,
+                    namespace = %namespace,
+                    "route destination has no cluster for this proxy (unknown or invisible host or port); it answers 503"
+                );
+                UNRESOLVED_DESTINATIONS
+                    .with_label_values(&[RouteKind::Http.label()])
+                    .inc();
+            }
+            Finding::UnresolvedDestination {
+                kind: RouteKind::Tcp,
+                cluster,
+                ..
+            } => {
+                tracing::warn!(cluster = %cluster, "TCP route destination has no cluster for this proxy; connections are refused");
+                UNRESOLVED_DESTINATIONS
+                    .with_label_values(&[RouteKind::Tcp.label()])
+                    .inc();
+            }
+            Finding::PseudoHeader { header } => {
+                tracing::warn!(
+                    header = header.as_str(),
+                    "pseudo-headers cannot be set; skipped"
+                );
+            }
+            Finding::NonIpEndpoint { cluster, address } => {
+                tracing::warn!(
+                    cluster = %cluster,
+                    address = %address,
+                    "endpoint address is not an IP; left out of EDS"
+                );
+            }
+            Finding::InconsistentReference { reference, kind } => {
+                tracing::error!(
+                    reference = reference.as_str(),
+                    "inconsistent generated reference (a Pilotfish bug); replaced before sending"
+                );
+                INCONSISTENT_REFERENCES.with_label_values(&[kind]).inc();
+            }
+            Finding::IstioMutualWithoutCertificates { cluster } => {
+                tracing::debug!(
+                    cluster = cluster.as_str(),
+                    "ISTIO_MUTUAL: Pilotfish does not issue certificates yet; the sidecar's own SDS provider must serve `default` and `ROOTCA`"
+                );
+            }
+            Finding::VirtualHostSkipped { vhost, reason } => {
+                tracing::debug!(vhost = %vhost, "{reason}");
             }
         }
     }
@@ -282,7 +381,18 @@ fn encode<M: prost::Message + prost::Name>(
             continue;
         }
         let mut body = resource_any(&item);
-        body.value = canonicalize(&M::full_name(), body.value);
+        let type_name = M::full_name();
+        body.value = match canonicalize(&type_name, body.value) {
+            Ok(canonical) => canonical,
+            Err(e) => {
+                tracing::error!(
+                    type_name = type_name.as_str(),
+                    why = e.why,
+                    "cannot canonicalize an encoded message (a bug); sent as encoded"
+                );
+                e.bytes
+            }
+        };
         out.insert(n.clone(), Arc::new(Resource::new(n, body)));
     }
     out

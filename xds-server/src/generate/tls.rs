@@ -24,7 +24,7 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
 use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher::MatchPattern};
 use pilotfish_shared::api::{ClientTlsSettings, TlsMode};
 
-use super::metrics::proxyless_downgrade;
+use super::findings::{Downgrade, Finding};
 use super::names;
 use super::scope::Flavor;
 use super::util::any;
@@ -34,18 +34,20 @@ pub const TLS_TRANSPORT_SOCKET: &str = "envoy.transport_sockets.tls";
 /// The sidecar bootstrap's cluster for its local SDS server.
 pub const SDS_CLUSTER: &str = "sds-grpc";
 
-/// The transport socket for a cluster, `None` for plaintext.
+/// The transport socket for a cluster, `None` for plaintext; what a proxyless client
+/// cannot use is noted in `findings`.
 pub fn transport_socket(
     tls: Option<&ClientTlsSettings>,
     flavor: Flavor,
     cluster: &str,
     sni_parts: (u32, &str, &str),
     default_sni: Option<&str>,
+    findings: &mut Vec<Finding>,
 ) -> Option<TransportSocket> {
     let tls = tls?;
     let context = match flavor {
-        Flavor::Sidecar => sidecar_context(tls, sni_parts, default_sni, cluster)?,
-        Flavor::Proxyless => proxyless_context(tls, cluster)?,
+        Flavor::Sidecar => sidecar_context(tls, sni_parts, default_sni, cluster, findings)?,
+        Flavor::Proxyless => proxyless_context(tls, cluster, findings)?,
     };
     Some(TransportSocket {
         name: TLS_TRANSPORT_SOCKET.to_string(),
@@ -58,6 +60,7 @@ fn sidecar_context(
     (port, subset, host): (u32, &str, &str),
     default_sni: Option<&str>,
     cluster: &str,
+    findings: &mut Vec<Finding>,
 ) -> Option<UpstreamTlsContext> {
     let sans = san_matchers(&tls.subject_alt_names);
     let mut common = CommonTlsContext {
@@ -72,10 +75,9 @@ fn sidecar_context(
     match tls.mode? {
         TlsMode::Disable => return None,
         TlsMode::IstioMutual => {
-            tracing::debug!(
-                cluster,
-                "ISTIO_MUTUAL: Pilotfish does not issue certificates yet; the sidecar's own SDS provider must serve `default` and `ROOTCA`"
-            );
+            findings.push(Finding::IstioMutualWithoutCertificates {
+                cluster: cluster.to_string(),
+            });
             common.alpn_protocols = vec!["istio-peer-exchange".into(), "istio".into()];
             common.tls_certificate_sds_secret_configs = vec![sds_secret("default")];
             common.validation_context_type = Some(combined_validation(sans, "ROOTCA"));
@@ -132,7 +134,11 @@ fn sidecar_context(
     })
 }
 
-fn proxyless_context(tls: &ClientTlsSettings, cluster: &str) -> Option<UpstreamTlsContext> {
+fn proxyless_context(
+    tls: &ClientTlsSettings,
+    cluster: &str,
+    findings: &mut Vec<Finding>,
+) -> Option<UpstreamTlsContext> {
     match tls.mode? {
         TlsMode::Disable => None,
         TlsMode::IstioMutual => Some(UpstreamTlsContext {
@@ -148,11 +154,11 @@ fn proxyless_context(tls: &ClientTlsSettings, cluster: &str) -> Option<UpstreamT
             ..Default::default()
         }),
         TlsMode::Simple | TlsMode::Mutual => {
-            proxyless_downgrade(
+            findings.push(Finding::Downgrade(Downgrade::new(
                 "tls_files",
                 cluster,
                 "TLS from certificate files or credentialName (only ISTIO_MUTUAL via certificate providers)",
-            );
+            )));
             None
         }
     }
@@ -274,6 +280,7 @@ mod tests {
                 "c",
                 (9080, "v1", "r.ns.svc.cluster.local"),
                 None,
+                &mut Vec::new(),
             )
             .unwrap(),
         );
@@ -295,7 +302,15 @@ mod tests {
     fn proxyless_gets_certificate_providers_and_no_file_tls() {
         let s = settings(TlsMode::IstioMutual);
         let ctx = context(
-            transport_socket(Some(&s), Flavor::Proxyless, "c", (1, "", "h"), None).unwrap(),
+            transport_socket(
+                Some(&s),
+                Flavor::Proxyless,
+                "c",
+                (1, "", "h"),
+                None,
+                &mut Vec::new(),
+            )
+            .unwrap(),
         );
         let common = ctx.common_tls_context.unwrap();
         assert!(common.tls_certificate_sds_secret_configs.is_empty());
@@ -311,7 +326,15 @@ mod tests {
             ..settings(TlsMode::Simple)
         };
         assert!(
-            transport_socket(Some(&simple), Flavor::Proxyless, "c", (1, "", "h"), None).is_none()
+            transport_socket(
+                Some(&simple),
+                Flavor::Proxyless,
+                "c",
+                (1, "", "h"),
+                None,
+                &mut Vec::new()
+            )
+            .is_none()
         );
     }
 
@@ -329,6 +352,7 @@ mod tests {
                 "c",
                 (443, "", "api.example.com"),
                 Some("api.example.com"),
+                &mut Vec::new(),
             )
             .unwrap(),
         );
@@ -349,7 +373,15 @@ mod tests {
             ..settings(TlsMode::Mutual)
         };
         let ctx = context(
-            transport_socket(Some(&mutual), Flavor::Sidecar, "c", (443, "", "h"), None).unwrap(),
+            transport_socket(
+                Some(&mutual),
+                Flavor::Sidecar,
+                "c",
+                (443, "", "h"),
+                None,
+                &mut Vec::new(),
+            )
+            .unwrap(),
         );
         let common = ctx.common_tls_context.unwrap();
         assert_eq!(
@@ -362,7 +394,8 @@ mod tests {
                 Flavor::Sidecar,
                 "c",
                 (1, "", "h"),
-                None
+                None,
+                &mut Vec::new()
             )
             .is_none()
         );

@@ -234,6 +234,62 @@ fn destinations_without_a_cluster_never_reach_the_output() {
     );
 }
 
+/// Log lines written on this thread while `f` runs.
+fn logs_of(f: impl FnOnce()) -> String {
+    #[derive(Clone, Default)]
+    struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    let bytes = lines.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[test]
+fn findings_are_reported_once_per_generated_part() {
+    // Generators return what they noticed; the snapshot logs it when it generates a part.
+    // Proxies of one scope share the part, so the second and third log nothing.
+    let snapshot = GeneratedSnapshot::new(Arc::new(push(SHOP)), 1, ChangeKind::Full);
+    let logs = logs_of(|| {
+        for pod in ["a", "b", "c"] {
+            let client = Proxy {
+                generator: ProxyGenerator::Grpc,
+                ..sidecar("shop", &[])
+            };
+            let client = Proxy {
+                id: format!("{}-{pod}", client.id),
+                ..client
+            };
+            assert!(!names(&snapshot, &client, ROUTE_TYPE, None).is_empty());
+        }
+    });
+    let unresolved: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("route destination has no cluster for this proxy"))
+        .collect();
+    assert_eq!(unresolved.len(), 1, "{logs}");
+    assert!(
+        unresolved[0].contains("cluster=outbound|80||nowhere.example.com"),
+        "{logs}"
+    );
+}
+
 #[test]
 fn two_replicas_generate_identical_versions() {
     for case in ["bookinfo", "cors-headers", "consistent-hash", "tls-modes"] {
