@@ -75,7 +75,7 @@ pub struct ConnectionClosing(CancellationToken);
 
 impl ConnectionClosing {
     /// Completes when the connection starts closing (or its task is gone); never for
-    /// requests that did not come through [`serve_connections`].
+    /// requests that did not come through the ADS listener (`ads::serve`).
     pub async fn wait(closing: Option<&ConnectionClosing>) {
         match closing {
             Some(c) => c.0.cancelled().await,

@@ -9,7 +9,7 @@
 //! generation instead of repeating it.
 //!
 //! The generators do no telemetry: each part's generation returns its [`Finding`]s, and
-//! [`report`] logs and counts them here — once per generated part, since parts are
+//! `report` logs and counts them here — once per generated part, since parts are
 //! cached.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
