@@ -13,8 +13,7 @@ use pilotfish_shared::push_context::PushContext;
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::ads::ConnectionRegistry;
-use crate::ads::{ChangeKind, SnapshotSender, StampedSnapshot, XdsSnapshot};
+use crate::ads::{ChangeKind, ConnectionRegistry, SnapshotSender, StampedSnapshot, XdsSnapshot};
 use crate::generate::{GeneratedSnapshot, change_kind, check_snapshot};
 
 /// Pushes remembered for `/debug/push_status`.
