@@ -16,14 +16,14 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use pilotfish_controller::k8s::lease::{LeaseConfig, LeaseTimings};
 use pilotfish_controller::{admin, k8s, metrics, validate_cmd};
-use pilotfish_shared::api;
+use pilotfish_mesh::api;
+use pilotfish_mesh::mesh_config::MeshConfig;
+use pilotfish_mesh::push_context::BuildInputs;
 use pilotfish_shared::bus::redis::RedisPublisher;
 use pilotfish_shared::bus::{BusError, PublishOutcome};
 use pilotfish_shared::cli::{RedisArgs, replica_name};
-use pilotfish_shared::mesh_config::MeshConfig;
 use pilotfish_shared::pipeline::folder::{FolderLoop, FolderObserver};
 use pilotfish_shared::pipeline::{Built, Pipeline};
-use pilotfish_shared::push_context::BuildInputs;
 use pilotfish_shared::supervise::{Supervisor, run_main};
 use pilotfish_shared::telemetry::{self, LogFormat};
 

@@ -3,7 +3,7 @@
 //! - [`ads`]: the ADS protocol engine — per-stream SotW and delta state machines, the
 //!   tonic service and [`ads::serve`] — and its seam to the resource generators
 //!   ([`ads::XdsSnapshot`], [`ads::Resource`]).
-//! - [`node`]: Istio node id and metadata → [`pilotfish_shared::model::Proxy`].
+//! - [`node`]: Istio node id and metadata → [`pilotfish_mesh::model::Proxy`].
 //! - [`registry`]: open streams and their per-type state, for `/debug/adsz` and `/debug/syncz`.
 //! - [`push`]: bounded push admission (full and endpoints-only pools).
 //! - [`metrics`]: the Prometheus metrics, under Istio's names.

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use pilotfish_shared::model::Proxy;
+use pilotfish_mesh::model::Proxy;
 use serde::{Serialize, Serializer};
 
 /// Serializes a time as RFC 3339 UTC with milliseconds, e.g. `2025-01-31T12:00:00.123Z`.

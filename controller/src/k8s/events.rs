@@ -7,7 +7,7 @@
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use pilotfish_shared::api::IstioStatus;
+use pilotfish_mesh::api::IstioStatus;
 
 use super::status::{Desired, REASON_INVALID, StatusItem, current_condition, truncate};
 use crate::metrics;
@@ -49,7 +49,7 @@ impl EventSink {
     pub async fn invalid(&self, item: &StatusItem) {
         let key = &item.object.key;
         let reference = ObjectReference {
-            api_version: Some(format!("{}/v1", pilotfish_shared::api::GROUP)),
+            api_version: Some(format!("{}/v1", pilotfish_mesh::api::GROUP)),
             kind: Some(key.kind.as_str().to_string()),
             name: Some(key.name.clone()),
             namespace: Some(key.namespace.clone()),
@@ -82,7 +82,7 @@ impl EventSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pilotfish_shared::api::IstioCondition;
+    use pilotfish_mesh::api::IstioCondition;
 
     fn invalid(message: &str) -> Desired {
         Desired {

@@ -30,8 +30,8 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::Api;
-use pilotfish_shared::api::{DestinationRule, ServiceEntry, VirtualService};
-use pilotfish_shared::push_context::BuildInputs;
+use pilotfish_mesh::api::{DestinationRule, ServiceEntry, VirtualService};
+use pilotfish_mesh::push_context::BuildInputs;
 use tokio::sync::{mpsc, watch as channel};
 
 use crate::admin::AdminState;

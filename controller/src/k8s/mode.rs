@@ -21,11 +21,11 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use futures::future::BoxFuture;
+use pilotfish_mesh::codec::{self, DecodeLimits};
+use pilotfish_mesh::push_context::BuildInputs;
+use pilotfish_mesh::push_context::PushContext;
 use pilotfish_shared::bus::PublishOutcome;
 use pilotfish_shared::bus::redis::RedisPublisher;
-use pilotfish_shared::codec::{self, DecodeLimits};
-use pilotfish_shared::push_context::BuildInputs;
-use pilotfish_shared::push_context::PushContext;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;

@@ -22,11 +22,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
-use pilotfish_shared::api::{
+use pilotfish_mesh::api::{
     DestinationRule, IstioCondition, IstioStatus, ServiceEntry, VirtualService,
 };
-use pilotfish_shared::config::{ConfigError, ConfigKey, ConfigKind};
-use pilotfish_shared::push_context::BuildInputs;
+use pilotfish_mesh::config::{ConfigError, ConfigKey, ConfigKind};
+use pilotfish_mesh::push_context::BuildInputs;
 use serde_json::json;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -205,7 +205,7 @@ impl BuildReport {
             out.insert(
                 ConfigKey::new(
                     kind,
-                    pilotfish_shared::model::kube::namespace_of(meta),
+                    pilotfish_mesh::model::kube::namespace_of(meta),
                     meta.name.clone().unwrap_or_default(),
                 ),
                 meta.generation.unwrap_or(0),
@@ -508,7 +508,7 @@ impl StatusWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pilotfish_shared::config::Severity;
+    use pilotfish_mesh::config::Severity;
 
     fn key() -> ConfigKey {
         ConfigKey::new(ConfigKind::VirtualService, "default", "reviews")

@@ -8,11 +8,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use kube::api::{Api, ListParams};
 use pilotfish_controller::k8s::mode::{NoResign, seed_from_redis};
+use pilotfish_mesh::codec::{self, DecodeLimits};
+use pilotfish_mesh::push_context::PushContext;
 use pilotfish_shared::bus::memory::MemoryBus;
 use pilotfish_shared::bus::redis::{RedisConfig, RedisPublisher};
 use pilotfish_shared::bus::{Follower, SnapshotPublisher};
-use pilotfish_shared::codec::{self, DecodeLimits};
-use pilotfish_shared::push_context::PushContext;
 use pilotfish_testkit::redis::RedisServer;
 use serde_json::json;
 

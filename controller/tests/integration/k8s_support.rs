@@ -17,9 +17,9 @@ use pilotfish_controller::admin::AdminState;
 use pilotfish_controller::k8s::KubeMode;
 use pilotfish_controller::k8s::lease::{LeaseConfig, LeaseTimings};
 use pilotfish_controller::k8s::mode::{Resign, Seed};
+use pilotfish_mesh::push_context::{BuildInputs, PushContext};
 use pilotfish_shared::bus::SnapshotPublisher;
 use pilotfish_shared::pipeline::Pipeline;
-use pilotfish_shared::push_context::{BuildInputs, PushContext};
 use pilotfish_testkit::apiserver::TestApiServer;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -75,7 +75,7 @@ impl Cluster {
 
     pub async fn install_istio_crds(&self) {
         let api: Api<CustomResourceDefinition> = Api::all(self.client());
-        for crd in pilotfish_shared::api::crd::crds() {
+        for crd in pilotfish_mesh::api::crd::crds() {
             let name = crd.metadata.name.clone().expect("CRD name");
             api.create(&PostParams::default(), &crd)
                 .await

@@ -26,6 +26,7 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+mod codec;
 mod decision;
 mod follow;
 pub mod memory;

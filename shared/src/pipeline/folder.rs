@@ -13,8 +13,8 @@ use tokio::time::Instant;
 use super::debounce::{ChangeClass, Debouncer};
 use super::{Built, Pipeline, metrics};
 use crate::bus::{BusError, PublishOutcome, SnapshotRef};
-use crate::push_context::BuildInputs;
 use crate::source::DirSource;
+use pilotfish_mesh::push_context::BuildInputs;
 
 /// Why the folder loop stopped (it runs until then).
 #[derive(Debug, thiserror::Error)]

@@ -17,9 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::bus::{BusError, EncodedSnapshot, PublishOutcome, SnapshotPublisher};
-use crate::codec::{self, Encoded};
-use crate::config::{ConfigError, ConfigKey, ConfigKind};
-use crate::push_context::{BuildInputs, PushContext, build, build_endpoints_only};
+use pilotfish_mesh::codec::{self, Encoded};
+use pilotfish_mesh::config::{ConfigError, ConfigKey, ConfigKind};
+use pilotfish_mesh::push_context::{BuildInputs, PushContext, build, build_endpoints_only};
 
 /// One built snapshot, ready to publish.
 #[derive(Debug)]
@@ -152,7 +152,7 @@ impl Pipeline {
 mod tests {
     use super::*;
     use crate::bus::memory::MemoryBus;
-    use crate::synthetic::{MeshShape, mesh};
+    use pilotfish_mesh::synthetic::{MeshShape, mesh};
 
     #[tokio::test]
     async fn builds_publishes_and_takes_the_cheap_path_for_endpoints() {

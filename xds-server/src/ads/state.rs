@@ -245,7 +245,7 @@ impl super::XdsSnapshot for DuplicatingSnapshot {
     }
     fn resources(
         &self,
-        _proxy: &pilotfish_shared::model::Proxy,
+        _proxy: &pilotfish_mesh::model::Proxy,
         type_url: &str,
         _names: Option<&BTreeSet<String>>,
     ) -> Vec<Arc<super::Resource>> {

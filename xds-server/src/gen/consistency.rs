@@ -25,7 +25,7 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
     HttpConnectionManager, http_connection_manager::RouteSpecifier,
 };
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{TcpProxy, tcp_proxy};
-use pilotfish_shared::model::{Proxy, ProxyGenerator};
+use pilotfish_mesh::model::{Proxy, ProxyGenerator};
 use prost::Message;
 
 use super::lds::{HCM_FILTER, TCP_PROXY_FILTER};

@@ -38,10 +38,10 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
     tcp_proxy::{self, WeightedCluster},
 };
 use envoy_types::pb::envoy::r#type::v3::{HashPolicy as TypeHashPolicy, hash_policy};
-use pilotfish_shared::api::TcpRoute;
-use pilotfish_shared::mesh_config::OutboundTrafficPolicy;
-use pilotfish_shared::model::{Protocol, Proxy, labels_match};
-use pilotfish_shared::push_context::PushContext;
+use pilotfish_mesh::api::TcpRoute;
+use pilotfish_mesh::mesh_config::OutboundTrafficPolicy;
+use pilotfish_mesh::model::{Protocol, Proxy, labels_match};
+use pilotfish_mesh::push_context::PushContext;
 
 use super::eds::socket_address;
 use super::metrics::UNRESOLVED_DESTINATIONS;
@@ -296,7 +296,7 @@ fn tcp_route_applies(r: &TcpRoute, proxy: &Proxy, port: u32) -> bool {
 }
 
 /// A TCP destination's cluster; one the proxy does not have becomes `BlackHoleCluster`.
-fn resolve_tcp(env: &RouteEnv<'_>, dest: &pilotfish_shared::api::Destination) -> String {
+fn resolve_tcp(env: &RouteEnv<'_>, dest: &pilotfish_mesh::api::Destination) -> String {
     destination_cluster(env, dest).unwrap_or_else(|name| {
         tracing::warn!(cluster = %name, "TCP route destination has no cluster for this proxy; connections are refused");
         UNRESOLVED_DESTINATIONS.with_label_values(&["tcp"]).inc();

@@ -46,12 +46,12 @@ use envoy_types::pb::envoy::extensions::retry::host::previous_hosts::v3::Previou
 use envoy_types::pb::envoy::extensions::retry::priority::previous_priorities::v3::PreviousPrioritiesConfig;
 use envoy_types::pb::envoy::r#type::matcher::v3::RegexMatchAndSubstitute;
 use envoy_types::pb::google::protobuf::Any;
-use pilotfish_shared::api::{
+use pilotfish_mesh::api::{
     ConsistentHashLb, CorsPolicy as IstioCors, Destination, HeaderOperations, Headers,
     HttpFaultInjection, HttpMatchRequest, HttpRetry, HttpRoute, StringMatch, UnmatchedPreflights,
 };
-use pilotfish_shared::model::{Proxy, labels_match};
-use pilotfish_shared::push_context::PushContext;
+use pilotfish_mesh::model::{Proxy, labels_match};
+use pilotfish_mesh::push_context::PushContext;
 
 use super::metrics::{UNRESOLVED_DESTINATIONS, proxyless_downgrade};
 use super::names;
@@ -587,8 +587,8 @@ fn header_operations(
     (add, remove)
 }
 
-fn redirect_action(r: &pilotfish_shared::api::HttpRedirect, listener_port: u32) -> RedirectAction {
-    use pilotfish_shared::api::RedirectPortSelection;
+fn redirect_action(r: &pilotfish_mesh::api::HttpRedirect, listener_port: u32) -> RedirectAction {
+    use pilotfish_mesh::api::RedirectPortSelection;
     RedirectAction {
         host_redirect: r.authority.clone().unwrap_or_default(),
         port_redirect: match (r.port, r.derive_port) {
@@ -776,7 +776,7 @@ pub fn fault_config(f: &HttpFaultInjection) -> Option<HttpFault> {
         } else {
             a.grpc_status
                 .as_deref()
-                .and_then(pilotfish_shared::api::grpc_status_code)
+                .and_then(pilotfish_mesh::api::grpc_status_code)
                 .map(ErrorType::GrpcStatus)
         };
         if let Some(error) = error {

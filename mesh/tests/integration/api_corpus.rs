@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use pilotfish_shared::api::{
+use pilotfish_mesh::api::{
     Duration, IstioKind, IstioResource, SERVED_VERSIONS, crd, parse_strict, yaml_documents,
 };
 use serde_json::{Value, json};
@@ -546,7 +546,7 @@ fn invalid_documents_fail_with_the_expected_errors() {
 
 #[test]
 fn parse_strict_reports_paths_without_yaml() {
-    let error = parse_strict::<pilotfish_shared::api::VirtualService>(&json!({
+    let error = parse_strict::<pilotfish_mesh::api::VirtualService>(&json!({
         "apiVersion": "networking.istio.io/v1",
         "kind": "VirtualService",
         "metadata": {"name": "r"},
@@ -561,7 +561,7 @@ fn parse_strict_reports_paths_without_yaml() {
 
 #[test]
 fn strict_parsing_reaches_into_string_matches_and_skips_status() {
-    let error = parse_strict::<pilotfish_shared::api::VirtualService>(&json!({
+    let error = parse_strict::<pilotfish_mesh::api::VirtualService>(&json!({
         "apiVersion": "networking.istio.io/v1",
         "kind": "VirtualService",
         "metadata": {"name": "r", "lables": {"a": "b"}},

@@ -12,9 +12,9 @@ use std::hint::black_box;
 
 use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use pilotfish_shared::codec::{self, DecodeLimits};
-use pilotfish_shared::push_context::{build, build_endpoints_only};
-use pilotfish_shared::synthetic::{MeshShape, mesh};
+use pilotfish_mesh::codec::{self, DecodeLimits};
+use pilotfish_mesh::push_context::{build, build_endpoints_only};
+use pilotfish_mesh::synthetic::{MeshShape, mesh};
 
 /// CPU time consumed by the calling thread, in nanoseconds.
 fn thread_cpu_ns() -> u64 {

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use pilotfish_shared::api::crd;
+use pilotfish_mesh::api::crd;
 
 fn main() -> ExitCode {
     let mut args = std::env::args_os().skip(1);

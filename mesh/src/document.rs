@@ -1,13 +1,11 @@
-//! Kubernetes-style YAML as a source of mesh objects: what `kubectl get -o yaml` prints
-//! (Service, EndpointSlice, Pod, VirtualService, DestinationRule, ServiceEntry) read from
-//! files. Used by standalone mode and by the controller's `--config-dir` mode.
+//! Kubernetes-style YAML as mesh objects: what `kubectl get -o yaml` prints (Service,
+//! EndpointSlice, Pod, VirtualService, DestinationRule, ServiceEntry), parsed from text and
+//! collected into builder inputs. Pure: the folder that feeds it (standalone mode and the
+//! controller's `--config-dir` mode) is `pilotfish_shared::source`.
 //!
 //! Multi-document files and `kind: List` are unwrapped; objects without a namespace go to
-//! `default`; unknown kinds are reported once and ignored. A file that fails to parse keeps
-//! its last good content and is reported with the file, the document index and the reason;
-//! a removed file removes its objects.
-
-mod dir;
+//! `default`; documents of other kinds are returned as unknown kinds, for the caller to
+//! report. Errors name the file, the document index and the reason.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -17,8 +15,6 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::Value;
-
-pub use dir::{DirSource, RescanReport, watch_dir};
 
 use crate::api::{IstioResource, YamlDocument, yaml_documents};
 use crate::model::PodInfo;

@@ -5,8 +5,8 @@ use std::path::Path;
 
 use super::*;
 use crate::config::Severity;
+use crate::document::{parse_text, to_inputs};
 use crate::model::{EndpointHealth, Protocol, ProxyGenerator};
-use crate::source::{parse_text, to_inputs};
 
 fn inputs(yaml: &str) -> BuildInputs {
     let parsed = parse_text(Path::new("test.yaml"), yaml);

@@ -5,9 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use pilotfish_shared::config::Severity;
-use pilotfish_shared::push_context::{BuildInputs, build};
-use pilotfish_shared::source::{parse_text, to_inputs};
+use pilotfish_mesh::config::Severity;
+use pilotfish_mesh::document::{parse_text, to_inputs};
+use pilotfish_mesh::push_context::{BuildInputs, build};
 
 fn data_dir(sub: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1,5 +1,8 @@
-//! A folder of YAML files as a mesh source: remembers the last good content of every file,
-//! re-reads on change, and reports each problem once.
+//! A folder of Kubernetes-style YAML files as a mesh source (standalone mode and the
+//! controller's `--config-dir` mode): remembers the last good content of every file,
+//! re-reads on change, and reports each problem once. A file that fails to parse keeps its
+//! last good content and is reported with the file, the document index and the reason; a
+//! removed file removes its objects. Parsing itself is `pilotfish_mesh::document`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -8,8 +11,8 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
-use super::{MeshObject, SourceError, parse_text, to_inputs};
-use crate::push_context::BuildInputs;
+use pilotfish_mesh::document::{MeshObject, ParsedFile, SourceError, parse_text, to_inputs};
+use pilotfish_mesh::push_context::BuildInputs;
 
 #[derive(Debug, Default)]
 struct FileState {
@@ -92,7 +95,7 @@ impl DirSource {
             let label = self.relative(path);
             let parsed = match std::str::from_utf8(&bytes) {
                 Ok(text) => parse_text(&label, text),
-                Err(e) => super::ParsedFile {
+                Err(e) => ParsedFile {
                     errors: vec![SourceError {
                         file: label.clone(),
                         document: None,

@@ -3,7 +3,7 @@
 //! Layout: a fixed 52-byte header — magic `PFSN`, schema major and minor version (u16 LE
 //! each), flags (u32 LE, reserved, 0), uncompressed length (u64 LE), SHA-256 of the
 //! uncompressed payload — followed by one zstd frame holding the protobuf
-//! `pilotfish.snapshot.v1.Snapshot` (see `shared/proto/`).
+//! `pilotfish.snapshot.v1.Snapshot` (see `mesh/proto/`).
 //!
 //! Encoding is deterministic: the same mesh gives byte-identical blobs and the same hash,
 //! on every machine. Decoding checks everything before trusting anything: magic, major
@@ -13,7 +13,7 @@
 pub mod convert;
 mod direct;
 
-/// Protobuf messages generated from `shared/proto/pilotfish/snapshot/v1/snapshot.proto`.
+/// Protobuf messages generated from `mesh/proto/pilotfish/snapshot/v1/snapshot.proto`.
 #[allow(clippy::all, missing_docs)] // generated code
 pub mod pb {
     include!(concat!(env!("OUT_DIR"), "/pilotfish.snapshot.v1.rs"));
@@ -84,16 +84,6 @@ impl Encoded {
     }
 }
 
-impl From<Encoded> for crate::bus::EncodedSnapshot {
-    fn from(e: Encoded) -> Self {
-        let hash = e.hash_hex();
-        crate::bus::EncodedSnapshot {
-            bytes: e.bytes.into(),
-            hash,
-        }
-    }
-}
-
 /// Why a blob was rejected. Each variant maps to a metric reason label.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -121,12 +111,6 @@ impl DecodeError {
             DecodeError::TooLarge { .. } => "too_large",
             DecodeError::Corrupt(_) => "corrupt",
         }
-    }
-}
-
-impl crate::bus::DecodeError for DecodeError {
-    fn reason(&self) -> &'static str {
-        DecodeError::reason(self)
     }
 }
 
