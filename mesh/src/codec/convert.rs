@@ -10,6 +10,7 @@ use crate::model::{
     Endpoint, EndpointHealth, ExportTo, Locality, PortEndpoints, Protocol, Resolution, Service,
     ServiceEndpoints, ServiceOrigin, ServicePort, TargetPort,
 };
+use crate::push_context::{ConfigMeta, DestinationRuleConfig, PushContext, VirtualServiceConfig};
 
 pub fn mesh_to_pb(m: &MeshConfig) -> pb::MeshSettings {
     pb::MeshSettings {
@@ -227,5 +228,38 @@ pub fn endpoints_from_pb(e: pb::ServiceEndpoints) -> ServiceEndpoints {
                 endpoints: p.endpoints.into_iter().map(endpoint_from_pb).collect(),
             })
             .collect(),
+    }
+}
+
+/// The configs of a snapshot as protobuf messages, in their encoding order.
+pub fn configs_to_pb(ctx: &PushContext) -> Vec<pb::Config> {
+    let data = ctx.data();
+    let mut configs: Vec<pb::Config> = data
+        .virtual_services
+        .iter()
+        .map(|vs| config_to_pb_vs(vs))
+        .chain(data.destination_rules.iter().map(|dr| config_to_pb_dr(dr)))
+        .collect();
+    configs.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
+    configs
+}
+
+pub fn config_to_pb_vs(vs: &VirtualServiceConfig) -> pb::Config {
+    config_to_pb(pb::Kind::VirtualService, &vs.meta, &vs.spec)
+}
+
+pub fn config_to_pb_dr(dr: &DestinationRuleConfig) -> pb::Config {
+    config_to_pb(pb::Kind::DestinationRule, &dr.meta, &dr.spec)
+}
+
+fn config_to_pb<T: serde::Serialize>(kind: pb::Kind, meta: &ConfigMeta, spec: &T) -> pb::Config {
+    pb::Config {
+        kind: kind as i32,
+        namespace: meta.namespace.clone(),
+        name: meta.name.clone(),
+        creation_ms: meta.creation_ms,
+        generation: meta.generation,
+        // Serializing plain serde structs with BTreeMaps cannot fail and is deterministic.
+        spec_json: serde_json::to_vec(spec).unwrap_or_default(),
     }
 }

@@ -171,7 +171,7 @@ pub fn encode_payload(ctx: &PushContext) -> Vec<u8> {
         encode_service_endpoints(e, &mut item, &mut scratch);
         put_bytes(&mut out, 4, &item);
     }
-    for c in super::configs_to_pb(ctx) {
+    for c in convert::configs_to_pb(ctx) {
         item.clear();
         c.encode(&mut item).unwrap_or_default();
         put_bytes(&mut out, 5, &item);

@@ -13,20 +13,15 @@
 pub mod convert;
 mod direct;
 
-/// Protobuf messages generated from `mesh/proto/pilotfish/snapshot/v1/snapshot.proto`.
 #[allow(clippy::all, missing_docs)] // generated code
-pub mod pb {
-    include!(concat!(env!("OUT_DIR"), "/pilotfish.snapshot.v1.rs"));
-}
+pub mod pb;
 
 use std::sync::Arc;
 
 use prost::Message;
 use sha2::{Digest, Sha256};
 
-use crate::push_context::{
-    Config, ConfigMeta, MeshData, PushContext, config_to_pb_dr, config_to_pb_vs,
-};
+use crate::push_context::{Config, ConfigMeta, MeshData, PushContext};
 
 pub const MAGIC: [u8; 4] = *b"PFSN";
 /// Readers accept any minor version of their major version (fields are only added).
@@ -114,23 +109,10 @@ impl DecodeError {
     }
 }
 
-/// The configs of a snapshot as protobuf messages, in their encoding order.
-fn configs_to_pb(ctx: &PushContext) -> Vec<pb::Config> {
-    let data = ctx.data();
-    let mut configs: Vec<pb::Config> = data
-        .virtual_services
-        .iter()
-        .map(|vs| config_to_pb_vs(vs))
-        .chain(data.destination_rules.iter().map(|dr| config_to_pb_dr(dr)))
-        .collect();
-    configs.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
-    configs
-}
-
 /// The protobuf form of a snapshot (what [`encode`] writes, as generated structs).
 pub fn to_pb(ctx: &PushContext) -> pb::Snapshot {
     let data = ctx.data();
-    let configs = configs_to_pb(ctx);
+    let configs = convert::configs_to_pb(ctx);
     pb::Snapshot {
         mesh: Some(convert::mesh_to_pb(&data.mesh)),
         cluster_domain: data.cluster_domain.clone(),

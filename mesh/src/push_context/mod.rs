@@ -22,7 +22,6 @@ use std::sync::Arc;
 use xxhash_rust::xxh3::Xxh3Default;
 
 use crate::api::{DestinationRuleSpec, VirtualServiceSpec};
-use crate::codec::pb;
 use crate::config::{ConfigKey, ConfigKind};
 use crate::mesh_config::MeshConfig;
 use crate::model::{ExportTo, Proxy, Service, ServiceEndpoints, labels_match};
@@ -446,26 +445,6 @@ fn merge_destination_rules(rules: &[&Arc<DestinationRuleConfig>]) -> EffectiveDe
     EffectiveDestinationRule {
         spec,
         sources: rules.iter().map(|r| r.meta.clone()).collect(),
-    }
-}
-
-pub(crate) fn config_to_pb_vs(vs: &VirtualServiceConfig) -> pb::Config {
-    config_to_pb(pb::Kind::VirtualService, &vs.meta, &vs.spec)
-}
-
-pub(crate) fn config_to_pb_dr(dr: &DestinationRuleConfig) -> pb::Config {
-    config_to_pb(pb::Kind::DestinationRule, &dr.meta, &dr.spec)
-}
-
-fn config_to_pb<T: serde::Serialize>(kind: pb::Kind, meta: &ConfigMeta, spec: &T) -> pb::Config {
-    pb::Config {
-        kind: kind as i32,
-        namespace: meta.namespace.clone(),
-        name: meta.name.clone(),
-        creation_ms: meta.creation_ms,
-        generation: meta.generation,
-        // Serializing plain serde structs with BTreeMaps cannot fail and is deterministic.
-        spec_json: serde_json::to_vec(spec).unwrap_or_default(),
     }
 }
 
