@@ -1,6 +1,6 @@
 //! Messages shared by several Istio kinds ([`StringMatch`], [`Destination`], [`PortSelector`],
-//! [`Percent`]), the oneof reporting helper [`OneofGroup`], and the serde/schema helpers the
-//! type modules use.
+//! [`Percent`]), the oneof reporting helper [`OneofGroup`] and the `sibling_oneofs!` macro
+//! that declares a message's oneofs, and the serde/schema helpers the type modules use.
 
 use std::collections::BTreeMap;
 
@@ -101,6 +101,43 @@ pub trait Oneofs {
             .collect()
     }
 }
+
+/// Declares the sibling-field oneofs of one message, once, and derives both places that
+/// need them from that declaration: the schema transform named after `transform =` (Istio's
+/// structural "at most one of" constraint per group, for `#[schemars(transform = …)]` on
+/// the message) and the message's [`Oneofs`] impl (which members are set, for validation).
+///
+/// Each group is its proto oneof name and its members, as `field: "jsonName"` (the Rust
+/// field, an `Option`, and its serde name), in proto order:
+///
+/// ```text
+/// sibling_oneofs!(HttpRedirect, transform = redirect_port_oneof, {
+///     "redirect_port": [port: "port", derive_port: "derivePort"],
+/// });
+/// ```
+macro_rules! sibling_oneofs {
+    (
+        $message:ty, transform = $transform:ident, {
+            $( $group:literal : [ $( $field:ident : $json:literal ),+ $(,)? ] ),+ $(,)?
+        }
+    ) => {
+        fn $transform(schema: &mut ::schemars::Schema) {
+            $( $crate::api::common::at_most_one_of(schema, &[ $( $json ),+ ]); )+
+        }
+
+        impl $crate::api::common::Oneofs for $message {
+            fn oneof_groups(&self) -> Vec<$crate::api::common::OneofGroup> {
+                vec![ $(
+                    $crate::api::common::OneofGroup::of(
+                        $group,
+                        &[ $( ($json, self.$field.is_some()) ),+ ],
+                    )
+                ),+ ]
+            }
+        }
+    };
+}
+pub(crate) use sibling_oneofs;
 
 /// Istio's `StringMatch`: a string compared exactly, by prefix, or by an RE2 regex.
 ///

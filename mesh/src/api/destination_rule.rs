@@ -5,18 +5,19 @@
 use std::collections::BTreeMap;
 
 use kube::CustomResource;
-use schemars::{JsonSchema, Schema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{Labels, OneofGroup, Oneofs, PortSelector, at_most_one_of, null_as_default};
+use super::common::{Labels, PortSelector, null_as_default, sibling_oneofs};
 use super::duration::Duration;
 use super::status::IstioStatus;
 
 /// The spec of a DestinationRule: policies applied to traffic for a service after routing.
 ///
 /// Reference: https://istio.io/latest/docs/reference/config/networking/destination-rule/
-// The kube attribute list repeats `type_ = "string"` across print columns by design.
-#[allow(clippy::duplicated_attributes)]
+// The kube attribute list repeats `type_ = "string"` across print columns by design. The
+// doc comment is the CRD's description, so its URL stays bare (kubectl shows plain text).
+#[allow(clippy::duplicated_attributes, rustdoc::bare_urls)]
 #[derive(CustomResource, Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "networking.istio.io",
@@ -178,21 +179,9 @@ pub struct LoadBalancerSettings {
     pub warmup: Option<WarmupConfiguration>,
 }
 
-fn lb_policy_oneof(schema: &mut Schema) {
-    at_most_one_of(schema, &["simple", "consistentHash"]);
-}
-
-impl Oneofs for LoadBalancerSettings {
-    fn oneof_groups(&self) -> Vec<OneofGroup> {
-        vec![OneofGroup::of(
-            "lb_policy",
-            &[
-                ("simple", self.simple.is_some()),
-                ("consistentHash", self.consistent_hash.is_some()),
-            ],
-        )]
-    }
-}
+sibling_oneofs!(LoadBalancerSettings, transform = lb_policy_oneof, {
+    "lb_policy": [simple: "simple", consistent_hash: "consistentHash"],
+});
 
 /// Standard load balancing algorithms (`LoadBalancerSettings.SimpleLB`).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -251,44 +240,15 @@ pub struct ConsistentHashLb {
     pub minimum_ring_size: Option<u64>,
 }
 
-fn consistent_hash_oneofs(schema: &mut Schema) {
-    at_most_one_of(
-        schema,
-        &[
-            "httpHeaderName",
-            "httpCookie",
-            "useSourceIp",
-            "httpQueryParameterName",
-        ],
-    );
-    at_most_one_of(schema, &["ringHash", "maglev"]);
-}
-
-impl Oneofs for ConsistentHashLb {
-    fn oneof_groups(&self) -> Vec<OneofGroup> {
-        vec![
-            OneofGroup::of(
-                "hash_key",
-                &[
-                    ("httpHeaderName", self.http_header_name.is_some()),
-                    ("httpCookie", self.http_cookie.is_some()),
-                    ("useSourceIp", self.use_source_ip.is_some()),
-                    (
-                        "httpQueryParameterName",
-                        self.http_query_parameter_name.is_some(),
-                    ),
-                ],
-            ),
-            OneofGroup::of(
-                "hash_algorithm",
-                &[
-                    ("ringHash", self.ring_hash.is_some()),
-                    ("maglev", self.maglev.is_some()),
-                ],
-            ),
-        ]
-    }
-}
+sibling_oneofs!(ConsistentHashLb, transform = consistent_hash_oneofs, {
+    "hash_key": [
+        http_header_name: "httpHeaderName",
+        http_cookie: "httpCookie",
+        use_source_ip: "useSourceIp",
+        http_query_parameter_name: "httpQueryParameterName",
+    ],
+    "hash_algorithm": [ring_hash: "ringHash", maglev: "maglev"],
+});
 
 /// The cookie used as a consistent-hash key.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
@@ -610,6 +570,7 @@ pub struct RetryBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::common::Oneofs;
     use serde_json::json;
 
     /// Every value Istio's CRD accepts, in its spelling, reads and writes back unchanged.
@@ -638,6 +599,49 @@ mod tests {
         assert_enum_values::<TlsMode>(&["DISABLE", "SIMPLE", "MUTUAL", "ISTIO_MUTUAL"]);
         assert_enum_values::<H2UpgradePolicy>(&["DEFAULT", "DO_NOT_UPGRADE", "UPGRADE"]);
         assert_enum_values::<ProxyProtocolVersion>(&["V1", "V2"]);
+    }
+
+    /// The members each oneof group of a `T` parsed from `value` reports as set.
+    fn set_members<T: serde::de::DeserializeOwned + Oneofs>(
+        value: serde_json::Value,
+    ) -> Vec<Vec<&'static str>> {
+        let message: T = serde_json::from_value(value).unwrap();
+        message.oneof_groups().into_iter().map(|g| g.set).collect()
+    }
+
+    /// `sibling_oneofs!` pairs each field with its JSON name: setting one member (by its
+    /// JSON name) reports exactly that name, in its own group.
+    #[test]
+    fn each_oneof_member_reports_under_its_json_name() {
+        let none: Vec<&str> = Vec::new();
+        for (value, expected) in [
+            (json!({"simple": "RANDOM"}), vec!["simple"]),
+            (json!({"consistentHash": {}}), vec!["consistentHash"]),
+        ] {
+            assert_eq!(set_members::<LoadBalancerSettings>(value), vec![expected]);
+        }
+        for (value, expected) in [
+            (
+                json!({"httpHeaderName": "h"}),
+                [vec!["httpHeaderName"], none.clone()],
+            ),
+            (
+                json!({"httpCookie": {"name": "c"}}),
+                [vec!["httpCookie"], none.clone()],
+            ),
+            (
+                json!({"useSourceIp": true}),
+                [vec!["useSourceIp"], none.clone()],
+            ),
+            (
+                json!({"httpQueryParameterName": "q"}),
+                [vec!["httpQueryParameterName"], none.clone()],
+            ),
+            (json!({"ringHash": {}}), [none.clone(), vec!["ringHash"]]),
+            (json!({"maglev": {}}), [none.clone(), vec!["maglev"]]),
+        ] {
+            assert_eq!(set_members::<ConsistentHashLb>(value), expected);
+        }
     }
 
     #[test]

@@ -13,8 +13,9 @@ use super::status::IstioStatus;
 /// The spec of a ServiceEntry: entries added to the mesh's service registry.
 ///
 /// Reference: https://istio.io/latest/docs/reference/config/networking/service-entry/
-// The kube attribute list repeats `type_ = "string"` across print columns by design.
-#[allow(clippy::duplicated_attributes)]
+// The kube attribute list repeats `type_ = "string"` across print columns by design. The
+// doc comment is the CRD's description, so its URL stays bare (kubectl shows plain text).
+#[allow(clippy::duplicated_attributes, rustdoc::bare_urls)]
 #[derive(CustomResource, Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "networking.istio.io",

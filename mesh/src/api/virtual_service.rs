@@ -10,8 +10,7 @@ use schemars::{JsonSchema, Schema};
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    Destination, Labels, OneofGroup, Oneofs, Percent, StringMatch, at_most_one_of, bytes_schema,
-    null_as_default,
+    Destination, Labels, Percent, StringMatch, bytes_schema, null_as_default, sibling_oneofs,
 };
 use super::duration::Duration;
 use super::status::IstioStatus;
@@ -19,8 +18,9 @@ use super::status::IstioStatus;
 /// The spec of a VirtualService: configuration affecting traffic routing.
 ///
 /// Reference: https://istio.io/latest/docs/reference/config/networking/virtual-service/
-// The kube attribute list repeats `type_ = "string"` across print columns by design.
-#[allow(clippy::duplicated_attributes)]
+// The kube attribute list repeats `type_ = "string"` across print columns by design. The
+// doc comment is the CRD's description, so its URL stays bare (kubectl shows plain text).
+#[allow(clippy::duplicated_attributes, rustdoc::bare_urls)]
 #[derive(CustomResource, Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "networking.istio.io",
@@ -382,7 +382,8 @@ pub struct TlsMatchAttributes {
 }
 
 /// An HTTP redirect. `port` and `derivePort` are one proto oneof (`redirect_port`): at most
-/// one may be set, which [`Oneofs::conflicting_oneofs`] reports.
+/// one may be set, which [`Oneofs::conflicting_oneofs`](super::common::Oneofs::conflicting_oneofs)
+/// reports.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = redirect_port_oneof)]
@@ -407,21 +408,9 @@ pub struct HttpRedirect {
     pub redirect_code: Option<u32>,
 }
 
-fn redirect_port_oneof(schema: &mut Schema) {
-    at_most_one_of(schema, &["port", "derivePort"]);
-}
-
-impl Oneofs for HttpRedirect {
-    fn oneof_groups(&self) -> Vec<OneofGroup> {
-        vec![OneofGroup::of(
-            "redirect_port",
-            &[
-                ("port", self.port.is_some()),
-                ("derivePort", self.derive_port.is_some()),
-            ],
-        )]
-    }
-}
+sibling_oneofs!(HttpRedirect, transform = redirect_port_oneof, {
+    "redirect_port": [port: "port", derive_port: "derivePort"],
+});
 
 /// How a redirect derives its port (`HTTPRedirect.RedirectPortSelection`).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -476,21 +465,9 @@ fn base64_bytes<'de, D: serde::Deserializer<'de>>(
         .map_err(|e| D::Error::custom(format!("invalid base64 {text:?}: {e}")))
 }
 
-fn body_specifier_oneof(schema: &mut Schema) {
-    at_most_one_of(schema, &["string", "bytes"]);
-}
-
-impl Oneofs for HttpBody {
-    fn oneof_groups(&self) -> Vec<OneofGroup> {
-        vec![OneofGroup::of(
-            "specifier",
-            &[
-                ("string", self.string.is_some()),
-                ("bytes", self.bytes.is_some()),
-            ],
-        )]
-    }
-}
+sibling_oneofs!(HttpBody, transform = body_specifier_oneof, {
+    "specifier": [string: "string", bytes: "bytes"],
+});
 
 /// The VirtualService that a route delegates to.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -646,21 +623,9 @@ pub struct HttpFaultDelay {
     pub percent: Option<i32>,
 }
 
-fn delay_type_oneof(schema: &mut Schema) {
-    at_most_one_of(schema, &["fixedDelay", "exponentialDelay"]);
-}
-
-impl Oneofs for HttpFaultDelay {
-    fn oneof_groups(&self) -> Vec<OneofGroup> {
-        vec![OneofGroup::of(
-            "http_delay_type",
-            &[
-                ("fixedDelay", self.fixed_delay.is_some()),
-                ("exponentialDelay", self.exponential_delay.is_some()),
-            ],
-        )]
-    }
-}
+sibling_oneofs!(HttpFaultDelay, transform = delay_type_oneof, {
+    "http_delay_type": [fixed_delay: "fixedDelay", exponential_delay: "exponentialDelay"],
+});
 
 /// A fault-injection abort. `httpStatus`, `grpcStatus` and `http2Error` are one proto oneof
 /// (`error_type`).
@@ -682,22 +647,9 @@ pub struct HttpFaultAbort {
     pub percentage: Option<Percent>,
 }
 
-fn abort_error_type_oneof(schema: &mut Schema) {
-    at_most_one_of(schema, &["httpStatus", "grpcStatus", "http2Error"]);
-}
-
-impl Oneofs for HttpFaultAbort {
-    fn oneof_groups(&self) -> Vec<OneofGroup> {
-        vec![OneofGroup::of(
-            "error_type",
-            &[
-                ("httpStatus", self.http_status.is_some()),
-                ("grpcStatus", self.grpc_status.is_some()),
-                ("http2Error", self.http2_error.is_some()),
-            ],
-        )]
-    }
-}
+sibling_oneofs!(HttpFaultAbort, transform = abort_error_type_oneof, {
+    "error_type": [http_status: "httpStatus", grpc_status: "grpcStatus", http2_error: "http2Error"],
+});
 
 /// One mirror destination with its own percentage.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
@@ -782,6 +734,7 @@ pub fn grpc_status_code(name: &str) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::common::Oneofs;
     use serde_json::json;
 
     #[test]
@@ -793,6 +746,45 @@ mod tests {
         for value in ["UNSPECIFIED", "FORWARD", "IGNORE"] {
             let parsed: UnmatchedPreflights = serde_json::from_value(json!(value)).unwrap();
             assert_eq!(serde_json::to_value(parsed).unwrap(), json!(value));
+        }
+    }
+
+    /// The members each oneof group of a `T` parsed from `value` reports as set.
+    fn set_members<T: serde::de::DeserializeOwned + Oneofs>(
+        value: serde_json::Value,
+    ) -> Vec<Vec<&'static str>> {
+        let message: T = serde_json::from_value(value).unwrap();
+        message.oneof_groups().into_iter().map(|g| g.set).collect()
+    }
+
+    /// `sibling_oneofs!` pairs each field with its JSON name: setting one member (by its
+    /// JSON name) reports exactly that name.
+    #[test]
+    fn each_oneof_member_reports_under_its_json_name() {
+        for (value, expected) in [
+            (json!({"port": 8443}), "port"),
+            (json!({"derivePort": "FROM_REQUEST_PORT"}), "derivePort"),
+        ] {
+            assert_eq!(set_members::<HttpRedirect>(value), vec![vec![expected]]);
+        }
+        for (value, expected) in [
+            (json!({"string": "hi"}), "string"),
+            (json!({"bytes": "aGk="}), "bytes"),
+        ] {
+            assert_eq!(set_members::<HttpBody>(value), vec![vec![expected]]);
+        }
+        for (value, expected) in [
+            (json!({"fixedDelay": "1s"}), "fixedDelay"),
+            (json!({"exponentialDelay": "1s"}), "exponentialDelay"),
+        ] {
+            assert_eq!(set_members::<HttpFaultDelay>(value), vec![vec![expected]]);
+        }
+        for (value, expected) in [
+            (json!({"httpStatus": 503}), "httpStatus"),
+            (json!({"grpcStatus": "UNAVAILABLE"}), "grpcStatus"),
+            (json!({"http2Error": "REFUSED_STREAM"}), "http2Error"),
+        ] {
+            assert_eq!(set_members::<HttpFaultAbort>(value), vec![vec![expected]]);
         }
     }
 
