@@ -1,6 +1,8 @@
-//! The subset of Istio's MeshConfig that Pilotfish honours, read from the same YAML an
-//! Istio operator already has (`--mesh-config FILE`). Fields Pilotfish does not implement
-//! are reported once as ignored, never rejected: a full Istio mesh config must load.
+//! The subset of Istio's MeshConfig that Pilotfish honours, parsed from the same YAML an
+//! Istio operator already has (`--mesh-config FILE`, read by
+//! `pilotfish_shared::cli::load_mesh_config`). Fields Pilotfish does not implement are
+//! returned as ignored (the caller reports them once), never rejected: a full Istio mesh
+//! config must load.
 
 use std::time::Duration;
 
@@ -81,22 +83,6 @@ impl MeshConfig {
             serde_saphyr::from_str(text).map_err(|e| MeshConfigError::Yaml(e.to_string()))?
         };
         Self::from_value(&value)
-    }
-
-    /// Reads a MeshConfig file; `None` gives the defaults. Ignored fields are logged once.
-    pub fn load(path: Option<&std::path::Path>) -> Result<MeshConfig, MeshConfigError> {
-        let Some(path) = path else {
-            return Ok(MeshConfig::default());
-        };
-        let text = std::fs::read_to_string(path).map_err(|e| MeshConfigError::Field {
-            field: "(file)".into(),
-            reason: format!("cannot read {}: {e}", path.display()),
-        })?;
-        let loaded = MeshConfig::from_yaml(&text)?;
-        if !loaded.ignored_fields.is_empty() {
-            tracing::info!(fields = ?loaded.ignored_fields, "mesh config fields Pilotfish does not use are ignored");
-        }
-        Ok(loaded.config)
     }
 
     pub fn from_value(value: &Value) -> Result<LoadedMeshConfig, MeshConfigError> {

@@ -8,7 +8,8 @@
 //! - [`pipeline`]: inputs → build → encode → publish, with debounce and the folder loop.
 //! - [`telemetry`]: log setup and the metrics page shared by the binaries.
 //! - [`supervise`]: task supervision, signals and the runtime for the binaries.
-//! - [`cli`]: command-line pieces both binaries share.
+//! - [`cli`]: command-line pieces both binaries share (Redis flags, replica name, the
+//!   `--mesh-config` file).
 
 pub mod bus;
 pub mod cli;
