@@ -13,9 +13,11 @@ build:
 test-deps:
 	./scripts/install-test-deps.sh
 
+## The domain crate (mesh/) must stay free of I/O dependencies: scripts/check-mesh-deps.sh.
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	./scripts/check-mesh-deps.sh
 
 ## Unit tests run in parallel; process-level integration tests run serially, after the
 ## binaries they start have been built.

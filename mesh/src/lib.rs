@@ -1,8 +1,10 @@
 //! Pilotfish's domain crate: the Istio API, the mesh model and the snapshot, as pure code.
-//! Everything here is plain data and functions over it — no async runtime, no Redis, no
-//! file watching, no metrics registry, no command-line flags (`scripts/check-mesh-deps.sh`,
-//! run by `make lint`, keeps it so). The I/O around it lives in `pilotfish-shared` and the
-//! binaries.
+//! Everything in this library is plain data and functions over it: it reads no files,
+//! opens no sockets, spawns no tasks and sets up no logging or metrics. Its dependencies
+//! say so too — no tokio, redis, notify, prometheus, clap or tracing-subscriber
+//! (`scripts/check-mesh-deps.sh`, run by `make lint`, fails otherwise). The I/O around it
+//! lives in `pilotfish-shared` and the binaries; the one binary here,
+//! `pilotfish-crdgen`, writes the generated CRDs to files.
 //!
 //! - [`api`]: Istio `networking.istio.io` types (VirtualService, DestinationRule,
 //!   ServiceEntry) as Kubernetes custom resources, with strict parsing and CRD generation.
