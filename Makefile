@@ -13,8 +13,12 @@ build:
 test-deps:
 	./scripts/install-test-deps.sh
 
+## Formatting; no import cycle between modules (scripts/check-module-cycles.py, after its
+## own tests); clippy.
 lint:
 	$(CARGO) fmt --all --check
+	python3 -m unittest discover -q -s scripts -p 'test_*.py'
+	./scripts/check-module-cycles.py
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## Unit tests run in parallel; process-level integration tests run serially, after the
