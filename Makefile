@@ -14,12 +14,13 @@ test-deps:
 	./scripts/install-test-deps.sh
 
 ## Formatting; no import cycle between modules (scripts/check-module-cycles.py, after its
-## own tests); clippy.
+## own tests); clippy; rustdoc (broken or private intra-doc links, bare URLs).
 lint:
 	$(CARGO) fmt --all --check
 	python3 -m unittest discover -q -s scripts -p 'test_*.py'
 	./scripts/check-module-cycles.py
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --workspace
 
 ## Unit tests run in parallel; process-level integration tests run serially, after the
 ## binaries they start have been built.

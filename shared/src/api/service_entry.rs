@@ -13,6 +13,9 @@ use super::status::IstioStatus;
 /// The spec of a ServiceEntry: entries added to the mesh's service registry.
 ///
 /// Reference: https://istio.io/latest/docs/reference/config/networking/service-entry/
+// This doc comment is also the CRD's description (schemars copies it verbatim), so
+// the URL stays bare rather than `<…>`.
+#[allow(rustdoc::bare_urls)]
 // The kube attribute list repeats `type_ = "string"` across print columns by design.
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]

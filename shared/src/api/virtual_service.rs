@@ -19,6 +19,9 @@ use super::status::IstioStatus;
 /// The spec of a VirtualService: configuration affecting traffic routing.
 ///
 /// Reference: https://istio.io/latest/docs/reference/config/networking/virtual-service/
+// This doc comment is also the CRD's description (schemars copies it verbatim), so
+// the URL stays bare rather than `<…>`.
+#[allow(rustdoc::bare_urls)]
 // The kube attribute list repeats `type_ = "string"` across print columns by design.
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
