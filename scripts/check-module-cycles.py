@@ -15,7 +15,7 @@ Not counted: a file's paths to itself, and paths from a module to its own
 descendants (the parent-facade direction: `pub use self::child::Thing`, whatever the
 spelling). Code that exists only under test (an item whose `cfg` is false without
 `test`: `#[cfg(test)] mod tests { ... }`, `#[cfg(test)] mod x;`, `#[cfg(test)] use
-...`) is skipped. Comments and string, char and raw string literals are skipped by
+...`, `#[cfg(all(test, ...))] fn ...`, and a module under `#![cfg(test)]`) is skipped. Comments and string, char and raw string literals are skipped by
 the lexer, so braces and `crate::` inside them do not count; intra-doc links are
 comments. `pub(in crate::a)` is a visibility, not a dependency.
 
@@ -25,6 +25,7 @@ without cycles, 1 with cycles, 2 when the tree cannot be read (a declared module
 whose file is missing, a malformed Cargo.toml).
 
 Usage: check-module-cycles.py [WORKSPACE_DIR]   (default: the repository root)
+Needs Python 3.11 (tomllib) and nothing else; its tests are test_check_module_cycles.py.
 """
 
 from __future__ import annotations
@@ -189,7 +190,10 @@ def tokenize(src: str) -> list[Token]:
             i = j
         elif c.isdigit():
             j = i
-            while j < n and (_ident_char(src[j]) or (src[j] == "." and j + 1 < n and src[j + 1].isdigit())):
+            # Digits, suffixes, and a fraction (`1.5`, but not the `.` of `1.max(2)`).
+            while j < n and (
+                _ident_char(src[j]) or (src[j] == "." and j + 1 < n and src[j + 1].isdigit())
+            ):
                 j += 1
             toks.append(Token("lit", src[i:j], line))
             i = j
@@ -444,18 +448,39 @@ def parse_file(src: str, module: tuple[str, ...] = ()) -> ParsedFile:
             return kw + 3
         return kw + 1
 
+    def attribute_at(k: int) -> int | None:
+        """Index of the `[` if an outer (`#[`) or inner (`#![`) attribute starts at k."""
+        if text(k) != "#":
+            return None
+        if text(k + 1) == "[":
+            return k + 1
+        if text(k + 1) == "!" and text(k + 2) == "[":
+            return k + 2
+        return None
+
     while k < n:
         t = toks[k]
-        if t.kind == "punct" and t.text == "#" and (text(k + 1) == "[" or (text(k + 1) == "!" and text(k + 2) == "[")):
-            # A run of attributes, then the thing they apply to.
+        if attribute_at(k) is not None:
+            # A run of attributes, then the thing the outer ones apply to (inner ones
+            # apply to the enclosing module; only their paths count).
             attrs = []
-            while k < n and text(k) == "#" and (text(k + 1) == "[" or (text(k + 1) == "!" and text(k + 2) == "[")):
-                open_ = k + 1 if text(k + 1) == "[" else k + 2
+            module_is_test = False
+            while (open_ := attribute_at(k)) is not None:
                 close = match_close(open_)
                 attr = toks[open_ + 1 : close]
-                attrs.append(attr)
+                if open_ == k + 1:
+                    attrs.append(attr)
+                elif attr_is_test_only(attr):
+                    module_is_test = True
                 scan_inline(attr, stack[-1][0], out)
                 k = close + 1
+            if module_is_test and len(stack) > 1:
+                # `mod x { #![cfg(test)] ... }`: skip to the block's closing brace.
+                level = 0
+                while k < n and not (text(k) == "}" and level == 0):
+                    level += {"{": 1, "}": -1}.get(text(k), 0)
+                    k += 1
+                continue
             kw = item_keyword(k)
             if kw is not None and any(attr_is_test_only(a) for a in attrs):
                 k = item_end(kw)
@@ -466,13 +491,18 @@ def parse_file(src: str, module: tuple[str, ...] = ()) -> ParsedFile:
         if t.kind == "ident" and t.text == "mod":
             k = handle_mod(k, [])
             continue
-        if t.kind == "ident" and t.text == "use" and text(k - 1) != "." :
+        if t.kind == "ident" and t.text == "use":
             k = parse_use_tree(k + 1, [], stack[-1][0])
             continue
         if t.kind == "ident" and t.text == "pub" and text(k + 1) == "(" and text(k + 2) == "in":
             k = match_close(k + 1) + 1  # pub(in crate::a): a visibility, not a use
             continue
-        if t.kind == "ident" and t.text in ANCHORS and text(k + 1) == "::" and text(k - 1) != "::":
+        if (
+            t.kind == "ident"
+            and t.text in ANCHORS
+            and text(k + 1) == "::"
+            and (k == 0 or text(k - 1) != "::")
+        ):
             segs, k = parse_path(k)
             out.refs.append(PathRef(stack[-1][0], tuple(segs), t.line))
             continue
@@ -550,7 +580,9 @@ def load_crate(root: str) -> Crate:
                 base = os.path.dirname(file) if decl.parent == module else parent_dir
                 child = os.path.normpath(os.path.join(base, decl.path_attr))
                 if not os.path.isfile(child):
-                    raise TreeError(f"{file}:{decl.line}: #[path] module {decl.name}: no file {child}")
+                    raise TreeError(
+                        f"{file}:{decl.line}: #[path] module {decl.name}: no file {child}"
+                    )
                 load(child, path, os.path.dirname(child))
                 continue
             candidates = [
@@ -611,7 +643,8 @@ def file_graph(crate: Crate) -> dict[Edge, list[tuple[int, str]]]:
             target = resolve(crate, ref)
             if target is None or target not in crate.modules:
                 continue
-            src_module = crate.modules[ref.module].file_module if ref.module in crate.modules else None
+            src = crate.modules.get(ref.module)
+            src_module = src.file_module if src is not None else None
             dst = crate.modules[target].file
             if dst == file:
                 continue
@@ -752,7 +785,9 @@ def workspace_members(workspace: str) -> list[tuple[str, dict]]:
     for pattern in ws.get("members", []):
         for d in sorted(glob.glob(os.path.join(workspace, pattern))):
             d = os.path.normpath(d)
-            if d not in excluded and d not in dirs and os.path.isfile(os.path.join(d, "Cargo.toml")):
+            if d in excluded or d in dirs:
+                continue
+            if os.path.isfile(os.path.join(d, "Cargo.toml")):
                 dirs.append(d)
     if not dirs:
         raise TreeError(f"{workspace}/Cargo.toml: no package and no workspace members")

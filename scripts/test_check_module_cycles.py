@@ -36,7 +36,9 @@ class Fixtures(unittest.TestCase):
     def test_inline_path_cycle_fails(self):
         status, out = run("inline-cycle")
         self.assertEqual(status, 1, out)
-        self.assertIn("cycle in app (app/src/lib.rs): app/src/a.rs -> app/src/b.rs -> app/src/a.rs\n", out)
+        self.assertIn(
+            "cycle in app (app/src/lib.rs): app/src/a.rs -> app/src/b.rs -> app/src/a.rs\n", out
+        )
         self.assertIn("    app/src/a.rs:4: crate::b::g\n", out)
         self.assertIn("    app/src/b.rs:8: crate::a::f\n", out)
         self.assertIn("1 import cycle(s)", out)
@@ -104,7 +106,9 @@ class Lexer(unittest.TestCase):
         self.assertFalse([t for t in toks if t.text in ("{", "}")])
 
     def test_raw_identifier_and_dollar_crate(self):
-        self.assertEqual(paths("fn f() { r#crate::x(); $crate::m::y() }"), ["crate::x", "crate::m::y"])
+        self.assertEqual(
+            paths("fn f() { r#crate::x(); $crate::m::y() }"), ["crate::x", "crate::m::y"]
+        )
 
 
 class Paths(unittest.TestCase):
@@ -123,7 +127,14 @@ class Paths(unittest.TestCase):
         """
         self.assertEqual(
             paths(src, ("m",)),
-            ["crate::attr::mark", "crate::t::T", "self::U", "crate::t::T::A", "super::g", "super::h::H"],
+            [
+                "crate::attr::mark",
+                "crate::t::T",
+                "self::U",
+                "crate::t::T::A",
+                "super::g",
+                "super::h::H",
+            ],
         )
 
     def test_visibility_is_not_a_dependency(self):
@@ -143,13 +154,20 @@ class Paths(unittest.TestCase):
         """
         self.assertEqual(paths(src), ["crate::c::f", "crate::d::f", "crate::f::g"])
 
+    def test_inner_attributes_apply_to_their_module_not_the_next_item(self):
+        src = "mod inner {\n    #![allow(dead_code)]\n    use crate::a;\n}"
+        self.assertEqual(paths(src), ["crate::a"])
+        src = "mod t { #![cfg(test)] use crate::a; fn f() { crate::b::g() } }\nuse crate::c;"
+        self.assertEqual(paths(src), ["crate::c"])
+
     def test_whole_file_under_cfg_test(self):
         parsed = cmc.parse_file("#![allow(x)]\n#![cfg(test)]\nuse crate::a;\n")
         self.assertTrue(parsed.test_only)
         self.assertEqual(parsed.refs, [])
 
     def test_inline_modules_give_paths_their_module(self):
-        parsed = cmc.parse_file("mod x { mod y { use super::z; } fn f() { self::g() } }\nuse self::h;", ("m",))
+        src = "mod x { mod y { use super::z; } fn f() { self::g() } }\nuse self::h;"
+        parsed = cmc.parse_file(src, ("m",))
         self.assertEqual(
             [(r.module, str(r)) for r in parsed.refs],
             [(("m", "x", "y"), "super::z"), (("m", "x"), "self::g"), (("m",), "self::h")],
