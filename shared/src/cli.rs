@@ -12,7 +12,7 @@ use crate::bus::redis::RedisConfig;
 /// How to reach Redis.
 #[derive(clap::Args, Clone, Debug)]
 pub struct RedisArgs {
-    /// Redis: redis://[user@]host:port[/db], rediss://... (TLS) or unix:///path.
+    /// Redis: redis://user@host:port/db (user@ and /db optional), rediss://... (TLS) or unix:///path.
     #[arg(long, env = "PILOTFISH_REDIS_URL")]
     pub redis_url: Option<String>,
     /// Key prefix in Redis (one writer per prefix).

@@ -75,7 +75,7 @@ pub struct ConnectionClosing(watch::Receiver<bool>);
 
 impl ConnectionClosing {
     /// Completes when the connection starts closing; never for requests that did not come
-    /// through [`serve_connections`].
+    /// through `serve_connections`.
     pub async fn wait(closing: Option<&mut ConnectionClosing>) {
         match closing {
             Some(c) => {
