@@ -13,6 +13,7 @@
 //! - [`bus`]: publishing and following snapshots (in-memory and Redis).
 //! - [`source`]: reading Kubernetes-style YAML from a folder.
 //! - [`pipeline`]: inputs → build → encode → publish, with debounce and the folder loop.
+//! - [`retry`]: backoff, retry counting and deadlines, and the timer loops sleep on.
 //! - [`telemetry`]: log setup and the metrics page shared by the binaries.
 //! - [`supervise`]: task supervision, signals and the runtime for the binaries.
 //! - [`synthetic`]: generated meshes for benchmarks, load tools and tests.
@@ -26,6 +27,7 @@ pub mod mesh_config;
 pub mod model;
 pub mod pipeline;
 pub mod push_context;
+pub mod retry;
 pub mod source;
 pub mod supervise;
 pub mod synthetic;

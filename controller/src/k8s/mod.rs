@@ -20,7 +20,6 @@ pub mod status;
 pub mod store;
 pub mod watch;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -36,8 +35,9 @@ use tokio::sync::{mpsc, watch as channel};
 
 use crate::admin::AdminState;
 use lease::{Leadership, LeaseConfig};
-use mode::{ModeLoop, Resign, Seed};
+use mode::ModeLoop;
 use pilotfish_shared::pipeline::Pipeline;
+use pilotfish_shared::pipeline::seed::Seed;
 use status::StatusWriter;
 use store::Watched;
 
@@ -100,12 +100,11 @@ fn until_shutdown(
 
 impl KubeMode {
     /// Builds every task of the mode. `seed` reads what is already published (see
-    /// [`mode::seed_from_redis`]). `shutdown` turning true ends every task; the Lease task
+    /// [`pilotfish_shared::pipeline::seed`]). `shutdown` turning true ends every task; the Lease task
     /// first releases the Lease (if held).
     pub fn tasks(
         self,
         pipeline: Pipeline,
-        resign: Arc<dyn Resign>,
         seed: Option<Seed>,
         admin: AdminState,
         shutdown: channel::Receiver<bool>,
@@ -172,7 +171,6 @@ impl KubeMode {
             updates: updates_rx,
             leadership: leadership_rx,
             status_jobs: jobs_tx,
-            resign,
             admin,
         };
         tasks.push((

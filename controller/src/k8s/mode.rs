@@ -20,10 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
-use futures::future::BoxFuture;
 use pilotfish_shared::bus::PublishOutcome;
-use pilotfish_shared::bus::redis::RedisPublisher;
-use pilotfish_shared::codec::{self, DecodeLimits};
 use pilotfish_shared::push_context::BuildInputs;
 use pilotfish_shared::push_context::PushContext;
 use serde_json::json;
@@ -36,33 +33,15 @@ use super::store::{Stores, Update};
 use crate::admin::AdminState;
 use crate::metrics;
 use pilotfish_shared::pipeline::debounce::{ChangeClass, Debouncer};
+use pilotfish_shared::pipeline::seed::Seed;
 use pilotfish_shared::pipeline::{Built, Pipeline};
-
-/// Giving up the bus epoch when leadership ends (the Redis publisher's `resign`), so its
-/// watchdog stops republishing.
-pub trait Resign: Send + Sync {
-    fn resign(&self) -> BoxFuture<'_, ()>;
-}
-
-impl Resign for pilotfish_shared::bus::redis::RedisPublisher {
-    fn resign(&self) -> BoxFuture<'_, ()> {
-        Box::pin(pilotfish_shared::bus::redis::RedisPublisher::resign(self))
-    }
-}
-
-/// For buses without a watchdog (the in-memory bus): nothing to give up.
-#[derive(Debug, Default)]
-pub struct NoResign;
-
-impl Resign for NoResign {
-    fn resign(&self) -> BoxFuture<'_, ()> {
-        Box::pin(async {})
-    }
-}
+use pilotfish_shared::retry::{Backoff, random_unit, sleep_until_opt};
 
 /// Retries from 200 ms up to 10 s.
+const RETRY: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
+
 fn retry_delay(attempt: u32) -> Duration {
-    Duration::from_millis(200u64.saturating_mul(1 << attempt.min(6))).min(Duration::from_secs(10))
+    RETRY.delay(attempt, random_unit())
 }
 
 /// One leadership term as the loop tracks it.
@@ -84,12 +63,8 @@ pub struct ModeLoop {
     pub updates: mpsc::Receiver<Update>,
     pub leadership: watch::Receiver<Leadership>,
     pub status_jobs: watch::Sender<Option<Arc<StatusJob>>>,
-    pub resign: Arc<dyn Resign>,
     pub admin: AdminState,
 }
-
-/// A one-shot read of the published snapshot.
-pub type Seed = BoxFuture<'static, Option<PushContext>>;
 
 struct State {
     /// Keeps the previous snapshot (last-good fallback, endpoint-only path).
@@ -277,7 +252,7 @@ impl ModeLoop {
             (true, previous) => {
                 if previous.is_some() {
                     // A term ended unnoticed between two looks: close it first.
-                    self.resign.resign().await;
+                    s.pipeline.resign().await;
                 }
                 tracing::info!(identity = %self.identity, term = leadership.term, "leading: taking a new epoch before publishing");
                 s.term = Some(Term {
@@ -295,7 +270,7 @@ impl ModeLoop {
                 s.epoch_retry_at = None;
                 s.publish_retry_at = None;
                 metrics::LEADER.set(0);
-                self.resign.resign().await;
+                s.pipeline.resign().await;
             }
             (false, None) => {}
         }
@@ -339,7 +314,7 @@ impl ModeLoop {
             metrics::LEADER.set(0);
             s.epoch_retry_at = None;
             s.publish_retry_at = None;
-            self.resign.resign().await;
+            s.pipeline.resign().await;
             self.set_ready(s);
             self.show_leader(s);
         }
@@ -434,47 +409,6 @@ impl ModeLoop {
 async fn seed_opt(seed: &mut Option<Seed>) -> Option<PushContext> {
     match seed {
         Some(f) => f.await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Reads the snapshot `latest` points at from Redis, for at most `timeout`. Every failure
-/// is logged and gives `None`: the fallback is a courtesy, never a reason not to build.
-pub fn seed_from_redis(publisher: RedisPublisher, timeout: Duration) -> Seed {
-    Box::pin(async move {
-        match tokio::time::timeout(timeout, publisher.fetch_latest()).await {
-            Ok(Ok(Some((reference, blob)))) => {
-                match codec::decode(&blob, &DecodeLimits::default()) {
-                    Ok(previous) => {
-                        tracing::info!(%reference, "read the published snapshot: objects invalid now keep the version it holds");
-                        Some(previous)
-                    }
-                    Err(e) => {
-                        tracing::warn!(%reference, error = %e, "cannot decode the published snapshot; objects invalid now get no last-good fallback");
-                        None
-                    }
-                }
-            }
-            Ok(Ok(None)) => None,
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "cannot read the published snapshot; objects invalid now get no last-good fallback");
-                None
-            }
-            Err(_) => {
-                tracing::warn!(
-                    ?timeout,
-                    "reading the published snapshot timed out; objects invalid now get no last-good fallback"
-                );
-                None
-            }
-        }
-    })
-}
-
-/// Sleeps until `at`, or forever when `None` (a disabled `select!` branch).
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }
