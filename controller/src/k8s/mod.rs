@@ -12,6 +12,7 @@
 //! Lease election ──Leadership──────┘ (and to the status writer: the claim check)
 //! ```
 
+pub mod conductor;
 pub mod decode;
 pub mod events;
 pub mod lease;
