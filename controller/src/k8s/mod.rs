@@ -3,8 +3,9 @@
 //!
 //! Public surface: [`KubeMode`] (settings) and [`KubeMode::tasks`], the long-lived
 //! tasks `main` supervises — one watcher per kind ([`watch`]), the Lease election
-//! ([`lease`]), the status writer ([`status`], with Events from [`events`]) and the
-//! loop that owns the stores ([`mode`]). Any of them ending ends the process.
+//! ([`lease`]), the status writer ([`status`]: conditions and Events) and the loop that
+//! owns the stores ([`mode`], performing what the [`conductor`] decides). Any of them
+//! ending ends the process.
 //!
 //! ```text
 //! watchers (7 kinds) ──Update──▶ mode loop: stores ─▶ debounce ─▶ build ─▶ publish (leader)
@@ -14,7 +15,6 @@
 
 pub mod conductor;
 pub mod decode;
-pub mod events;
 pub mod lease;
 pub mod mode;
 pub mod status;
@@ -39,7 +39,7 @@ use lease::{Leadership, LeaseConfig};
 use mode::ModeLoop;
 use pilotfish_shared::pipeline::Pipeline;
 use pilotfish_shared::pipeline::seed::Seed;
-use status::StatusWriter;
+use status::writer::{EventSink, StatusWriter};
 use store::Watched;
 
 /// A named long-lived task for `main` to supervise.
@@ -152,7 +152,7 @@ impl KubeMode {
         ));
         let writer = StatusWriter::new(
             client.clone(),
-            events::EventSink::new(client, &self.lease.identity),
+            EventSink::new(client, &self.lease.identity),
             leadership_rx.clone(),
             jobs_rx,
         );

@@ -3,7 +3,7 @@
 //! seed read or the [`Conductor`]'s next deadline, tells the conductor, and performs
 //! what the conductor decides: builds (on every replica, so a standby that takes over
 //! publishes at once), epochs, publishes and resigns through the pipeline, status jobs
-//! for the [`StatusWriter`](super::status::StatusWriter), readiness and
+//! for the [`StatusWriter`](super::status::writer::StatusWriter), readiness and
 //! `/debug/leader`, metrics and log lines. Every rule — when to build, publish, take an
 //! epoch, step down, retry — is the conductor's ([`super::conductor`]); nothing here
 //! decides.
@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 use super::conductor::{Action, Conductor, Event, Notice, PublishResult};
 use super::lease::Leadership;
-use super::status::{BuildReport, StatusJob};
+use super::status::plan::{BuildReport, StatusJob};
 use super::store::{Stores, Update};
 use crate::admin::AdminState;
 use crate::metrics;
