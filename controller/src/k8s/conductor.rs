@@ -4,7 +4,7 @@
 //! [`Action`]s the loop ([`super::mode`]) performs: build, take an epoch, publish,
 //! resign, send a status job, set readiness, refresh the admin pages, log a decision. It
 //! reads no clock (`now` is an argument), awaits nothing and owns no I/O, so every rule is
-//! a unit test with a hand-driven clock, like the Lease [`Elector`](super::lease::Elector)
+//! a unit test with a hand-driven clock, like the Lease [`Elector`](super::lease::elector::Elector)
 //! one level down.
 //!
 //! The rules, each one function (and each with its unit test below):
