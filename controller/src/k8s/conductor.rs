@@ -35,6 +35,9 @@
 //! Inside, "when is the next build" is one answer ([`Conductor::wake_at`]) instead of two
 //! halves the loop would have to keep in step.
 //!
+//! The next deadline is a query ([`Conductor::wake_at`]), not an action: it is state,
+//! recomputed after every event, so the loop can never sleep on a stale one.
+//!
 //! The Lease view is, like the clock, an argument of every call: the claim is re-checked
 //! against the newest view even when the change that moved it has not been handled as an
 //! event yet. [`Event::Leadership`] is what runs the term rule.
