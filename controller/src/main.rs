@@ -22,7 +22,7 @@ use pilotfish_shared::bus::redis::RedisPublisher;
 use pilotfish_shared::bus::{BusError, PublishOutcome};
 use pilotfish_shared::cli::{RedisArgs, load_mesh_config, replica_name};
 use pilotfish_shared::pipeline::folder::{FolderLoop, FolderObserver};
-use pilotfish_shared::pipeline::{Built, Pipeline};
+use pilotfish_shared::pipeline::{self, Built, Pipeline};
 use pilotfish_shared::supervise::{Supervisor, run_main};
 use pilotfish_shared::telemetry::{self, LogFormat};
 
@@ -220,10 +220,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 },
             };
             tracing::info!(lease = %format!("{}/{}", mode.lease.namespace, mode.lease.name), identity = %replica, ?timings, "Kubernetes source: watching the API, electing a leader");
-            let seed = k8s::mode::seed_from_redis(publisher.clone(), Duration::from_secs(10));
+            let seed = pipeline::seed::read_published(Arc::new(publisher), Duration::from_secs(10));
             for (name, task) in mode.tasks(
                 pipeline,
-                Arc::new(publisher),
                 Some(seed),
                 admin_state.clone(),
                 shutdown_rx.clone(),

@@ -7,10 +7,12 @@
 //! - [`debounce`]: bursts of changes become one rebuild.
 //! - [`folder`]: the loop that turns a folder of YAML into published snapshots (the
 //!   controller's `--config-dir` mode and the xDS server's standalone mode).
+//! - [`seed`]: reading back what is published, as a restarted builder's "previous".
 
 pub mod debounce;
 pub mod folder;
 pub mod metrics;
+pub mod seed;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -121,6 +123,11 @@ impl Pipeline {
 
     pub async fn take_epoch(&self) -> Result<u64, BusError> {
         self.publisher.take_epoch().await
+    }
+
+    /// Gives up the epoch (leadership ended); see [`SnapshotPublisher::resign`].
+    pub async fn resign(&self) {
+        self.publisher.resign().await
     }
 
     /// Logs findings not reported before and updates the invalid-config gauges.

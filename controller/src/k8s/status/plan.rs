@@ -1,41 +1,30 @@
-//! The `Reconciled` condition of VirtualServices, DestinationRules and ServiceEntries.
+//! What the status writer writes, decided without I/O: the `Reconciled` condition of
+//! VirtualServices, DestinationRules and ServiceEntries, and the Events that go with it.
 //!
-//! Pure part: [`desired`] turns the builder's findings about one object into the
-//! condition it should carry; [`plan`] compares that with the object's current status
-//! and returns the status to write, or `None` when it is already there (a write that
-//! changes nothing would come back as a watch event: writing only differences is what
-//! prevents echo loops); [`StatusJob::from_build`] pairs the last full build with the
-//! stores.
-//!
-//! I/O part: [`StatusWriter`] runs as its own task. It takes the newest [`StatusJob`]
-//! from a `watch` channel (a slow writer just sees the latest job), re-checks the Lease
-//! claim before every write, patches `/status` (JSON merge patch conditional on the
-//! object's resourceVersion, retried after a re-read on 409), and emits a Kubernetes
-//! Event for each newly invalid object ([`super::events`]).
+//! - [`desired`] turns the builder's findings about one object into the condition it
+//!   should carry;
+//! - [`plan`] compares that with the object's current status and returns the status to
+//!   write, or `None` when it is already there (a write that changes nothing would come
+//!   back as a watch event: writing only differences is what prevents echo loops);
+//! - [`newly_invalid`] says whether a write reports a new problem, and [`invalid_event`]
+//!   is the `Warning` Event (reason `InvalidConfig`) that reports it. "Newly" is read
+//!   from the object's own status: an object whose condition already says `False` for its
+//!   current generation has been reported, by us or by a previous leader, so a restart or
+//!   a failover does not repeat every Event;
+//! - [`StatusJob::from_build`] pairs the last full build ([`BuildReport`]) with the stores.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet};
 
-use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
-use pilotfish_mesh::api::{
-    DestinationRule, IstioCondition, IstioStatus, ServiceEntry, VirtualService,
-};
+use kube::runtime::events::{Event, EventType};
+use pilotfish_mesh::api::{IstioCondition, IstioStatus};
 use pilotfish_mesh::config::{ConfigError, ConfigKey, ConfigKind};
 use pilotfish_mesh::push_context::BuildInputs;
-use serde_json::json;
-use tokio::sync::watch;
-use tokio::time::Instant;
 
-use super::decode::DecodeFailure;
-use super::events::{EventSink, newly_invalid};
-use super::lease::Leadership;
-use super::store::ConfigObject;
-use crate::metrics;
+use crate::k8s::decode::DecodeFailure;
+use crate::k8s::store::ConfigObject;
 
 /// The condition type Pilotfish writes.
 pub const CONDITION_TYPE: &str = "Reconciled";
@@ -47,6 +36,8 @@ pub const REASON_ACCEPTED: &str = "Accepted";
 pub const REASON_WARNINGS: &str = "AcceptedWithWarnings";
 /// Condition messages are cut to this many bytes (a status is not a log).
 pub const MAX_MESSAGE_BYTES: usize = 4096;
+/// Event notes are limited to 1 kB by the API.
+pub const MAX_NOTE_BYTES: usize = 1024;
 
 /// The condition one object should carry.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -279,236 +270,41 @@ impl StatusJob {
     }
 }
 
-/// API resource of an Istio kind, for untyped (`DynamicObject`) requests: the status
-/// writer must not fail on an object whose spec our types cannot read.
-fn api_resource(kind: ConfigKind) -> ApiResource {
-    match kind {
-        ConfigKind::DestinationRule => ApiResource::erase::<DestinationRule>(&()),
-        ConfigKind::ServiceEntry => ApiResource::erase::<ServiceEntry>(&()),
-        _ => ApiResource::erase::<VirtualService>(&()),
+/// Whether writing `desired` at `generation` over `current` reports a new problem.
+pub fn newly_invalid(current: Option<&IstioStatus>, desired: &Desired, generation: i64) -> bool {
+    if desired.valid {
+        return false;
     }
+    !current_condition(current)
+        .is_some_and(|c| c.status == "False" && c.observed_generation == Some(generation))
 }
 
-/// How one status write ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Outcome {
-    Written,
-    UpToDate,
-    /// Not leading, object gone, or its generation moved on: nothing to retry.
-    Skipped,
-    /// Worth retrying later.
-    Failed,
-}
-
-/// Writes statuses for the leader.
-pub struct StatusWriter {
-    client: Client,
-    events: EventSink,
-    leadership: watch::Receiver<Leadership>,
-    jobs: watch::Receiver<Option<Arc<StatusJob>>>,
-    /// Writes whose echo has not reached the store yet: key → (resourceVersion the store
-    /// had when we wrote, what we wrote). While the store still shows that version, the
-    /// same write is not repeated.
-    in_flight: HashMap<ConfigKey, (Option<String>, Desired)>,
-    concurrency: usize,
-}
-
-/// Errors that end the status writer.
-#[derive(Debug, thiserror::Error)]
-pub enum StatusError {
-    #[error("the status job channel closed (the controller loop is gone)")]
-    Closed,
-}
-
-impl StatusWriter {
-    pub fn new(
-        client: Client,
-        events: EventSink,
-        leadership: watch::Receiver<Leadership>,
-        jobs: watch::Receiver<Option<Arc<StatusJob>>>,
-    ) -> Self {
-        StatusWriter {
-            client,
-            events,
-            leadership,
-            jobs,
-            in_flight: HashMap::new(),
-            concurrency: 8,
-        }
-    }
-
-    /// Processes jobs until the channel closes. A job with failed writes is retried with
-    /// backoff until it succeeds or a newer job replaces it.
-    pub async fn run(mut self) -> Result<(), StatusError> {
-        let mut retry: Option<(Arc<StatusJob>, u32)> = None;
-        loop {
-            let job = match retry.take() {
-                Some((job, attempt)) => {
-                    let delay = Duration::from_millis(500u64 << attempt.min(6))
-                        .min(Duration::from_secs(30));
-                    tokio::select! {
-                        changed = self.jobs.changed() => {
-                            changed.map_err(|_| StatusError::Closed)?;
-                            self.jobs.borrow_and_update().clone().map(|j| (j, 0))
-                        }
-                        _ = tokio::time::sleep(delay) => Some((job, attempt + 1)),
-                    }
-                }
-                None => {
-                    self.jobs.changed().await.map_err(|_| StatusError::Closed)?;
-                    self.jobs.borrow_and_update().clone().map(|j| (j, 0))
-                }
-            };
-            let Some((job, attempt)) = job else { continue };
-            if self.process(&job).await {
-                retry = Some((job, attempt));
-            }
-        }
-    }
-
-    /// Runs one job; true when some write failed and is worth retrying.
-    async fn process(&mut self, job: &StatusJob) -> bool {
-        let keys: BTreeSet<&ConfigKey> = job.items.iter().map(|i| &i.object.key).collect();
-        self.in_flight.retain(|k, _| keys.contains(k));
-        let now = Timestamp::now();
-        let mut todo = Vec::new();
-        for item in &job.items {
-            let echo_pending = self.in_flight.get(&item.object.key)
-                == Some(&(item.object.resource_version.clone(), item.desired.clone()));
-            if echo_pending {
-                continue;
-            }
-            match plan(
-                item.object.status.as_ref(),
-                &item.desired,
-                item.object.generation,
-                now,
-            ) {
-                Some(status) => todo.push((item.clone(), status)),
-                None => {
-                    self.in_flight.remove(&item.object.key);
-                }
-            }
-        }
-        if todo.is_empty() {
-            return false;
-        }
-        let this = &*self;
-        let results: Vec<(ConfigKey, Option<String>, Desired, Outcome)> =
-            futures::stream::iter(todo)
-                .map(|(item, status): (StatusItem, IstioStatus)| async move {
-                    let outcome = this.write(&item, status).await;
-                    (
-                        item.object.key,
-                        item.object.resource_version,
-                        item.desired,
-                        outcome,
-                    )
-                })
-                .buffer_unordered(self.concurrency)
-                .collect()
-                .await;
-        let mut failed = false;
-        for (key, rv, desired, outcome) in results {
-            match outcome {
-                Outcome::Written => {
-                    self.in_flight.insert(key, (rv, desired));
-                }
-                Outcome::Failed => failed = true,
-                Outcome::UpToDate | Outcome::Skipped => {}
-            }
-        }
-        failed
-    }
-
-    fn leading(&self) -> bool {
-        self.leadership.borrow().holds(Instant::now())
-    }
-
-    /// Writes one object's status; re-reads and retries (at most 3 times) on a conflict.
-    async fn write(&self, item: &StatusItem, first_status: IstioStatus) -> Outcome {
-        let key = &item.object.key;
-        let kind = key.kind.as_str();
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), &key.namespace, &api_resource(key.kind));
-        let mut status = first_status;
-        let mut current = item.object.status.clone();
-        let mut resource_version = item.object.resource_version.clone();
-        for _ in 0..3 {
-            // The claim check: only the leader writes, and only while its claim holds.
-            if !self.leading() {
-                return Outcome::Skipped;
-            }
-            let body = json!({
-                "metadata": {"resourceVersion": resource_version},
-                "status": status,
-            });
-            match api
-                .patch_status(&key.name, &PatchParams::default(), &Patch::Merge(&body))
-                .await
-            {
-                Ok(_) => {
-                    metrics::STATUS_WRITES
-                        .with_label_values(&[kind, "written"])
-                        .inc();
-                    tracing::debug!(object = %key, valid = item.desired.valid, "wrote status");
-                    if newly_invalid(current.as_ref(), &item.desired, item.object.generation) {
-                        self.events.invalid(item).await;
-                    }
-                    return Outcome::Written;
-                }
-                Err(kube::Error::Api(s)) if s.is_not_found() => return Outcome::Skipped,
-                Err(kube::Error::Api(s)) if s.is_conflict() => {
-                    metrics::STATUS_WRITES
-                        .with_label_values(&[kind, "conflict"])
-                        .inc();
-                    // Someone changed the object since we read it: read it again and
-                    // decide again from what it holds now.
-                    let fresh = match api.get_opt(&key.name).await {
-                        Ok(Some(o)) => o,
-                        Ok(None) => return Outcome::Skipped,
-                        Err(e) => {
-                            tracing::warn!(object = %key, error = %e, "cannot re-read the object for its status");
-                            return Outcome::Failed;
-                        }
-                    };
-                    if fresh.metadata.generation.unwrap_or(0) != item.object.generation {
-                        // A new spec: the next build's job handles it.
-                        return Outcome::Skipped;
-                    }
-                    current = fresh
-                        .data
-                        .get("status")
-                        .cloned()
-                        .and_then(|s| serde_json::from_value(s).ok());
-                    resource_version = fresh.metadata.resource_version.clone();
-                    match plan(
-                        current.as_ref(),
-                        &item.desired,
-                        item.object.generation,
-                        Timestamp::now(),
-                    ) {
-                        Some(s) => status = s,
-                        None => return Outcome::UpToDate,
-                    }
-                }
-                Err(e) => {
-                    metrics::STATUS_WRITES
-                        .with_label_values(&[kind, "error"])
-                        .inc();
-                    tracing::warn!(object = %key, error = %e, "cannot write the status; will retry");
-                    return Outcome::Failed;
-                }
-            }
-        }
-        Outcome::Failed
-    }
+/// The Event reporting that `item`'s object was rejected, and the object it is about.
+pub fn invalid_event(item: &StatusItem) -> (Event, ObjectReference) {
+    let key = &item.object.key;
+    let reference = ObjectReference {
+        api_version: Some(format!("{}/v1", pilotfish_mesh::api::GROUP)),
+        kind: Some(key.kind.as_str().to_string()),
+        name: Some(key.name.clone()),
+        namespace: Some(key.namespace.clone()),
+        uid: item.object.uid.clone(),
+        ..Default::default()
+    };
+    let event = Event {
+        type_: EventType::Warning,
+        reason: REASON_INVALID.to_string(),
+        note: Some(truncate(&item.desired.message, MAX_NOTE_BYTES)),
+        action: "Validate".to_string(),
+        secondary: None,
+    };
+    (event, reference)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use pilotfish_mesh::config::Severity;
+    use serde_json::json;
 
     fn key() -> ConfigKey {
         ConfigKey::new(ConfigKind::VirtualService, "default", "reviews")
@@ -685,5 +481,79 @@ mod tests {
         let cut = truncate(&long, 7);
         assert!(cut.len() <= 7 && cut.ends_with('…'), "{cut}");
         assert_eq!(truncate("short", 10), "short");
+    }
+
+    fn invalid(message: &str) -> Desired {
+        Desired {
+            valid: false,
+            reason: REASON_INVALID,
+            message: message.into(),
+        }
+    }
+
+    fn status(cond_status: &str, generation: i64) -> IstioStatus {
+        IstioStatus {
+            conditions: vec![IstioCondition {
+                r#type: "Reconciled".into(),
+                status: cond_status.into(),
+                observed_generation: Some(generation),
+                ..Default::default()
+            }],
+            observed_generation: Some(generation),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_object_turning_invalid_is_new() {
+        assert!(newly_invalid(None, &invalid("x"), 1));
+        assert!(newly_invalid(Some(&status("True", 1)), &invalid("x"), 1));
+        // A new invalid generation is a new problem.
+        assert!(newly_invalid(Some(&status("False", 1)), &invalid("x"), 2));
+    }
+
+    #[test]
+    fn an_already_reported_generation_is_not_new() {
+        assert!(!newly_invalid(
+            Some(&status("False", 2)),
+            &invalid("other message"),
+            2
+        ));
+        let valid = Desired {
+            valid: true,
+            reason: "Accepted",
+            message: String::new(),
+        };
+        assert!(!newly_invalid(None, &valid, 1));
+    }
+
+    #[test]
+    fn the_invalid_event_names_the_object_and_cuts_its_note() {
+        let item = StatusItem {
+            object: mk_object(2, None),
+            desired: invalid(&"x".repeat(5000)),
+        };
+        let (event, reference) = invalid_event(&item);
+        assert_eq!(event.type_, EventType::Warning);
+        assert_eq!(event.reason, "InvalidConfig");
+        let note = event.note.unwrap();
+        assert!(
+            note.len() <= MAX_NOTE_BYTES && note.ends_with('…'),
+            "{}",
+            note.len()
+        );
+        assert_eq!(
+            reference.api_version.as_deref(),
+            Some("networking.istio.io/v1")
+        );
+        assert_eq!(reference.kind.as_deref(), Some("VirtualService"));
+        assert_eq!(
+            (
+                reference.namespace.as_deref(),
+                reference.name.as_deref(),
+                reference.uid.as_deref()
+            ),
+            (Some("default"), Some("reviews"), Some("u"))
+        );
     }
 }
