@@ -20,6 +20,7 @@ WORKDIR /src
 # Only what the release build reads: the workspace manifests and every member crate
 # (cargo loads all members even when it builds two binaries).
 COPY Cargo.toml Cargo.lock rust-toolchain.toml ./
+COPY mesh mesh
 COPY shared shared
 COPY controller controller
 COPY xds-server xds-server

@@ -13,9 +13,16 @@ build:
 test-deps:
 	./scripts/install-test-deps.sh
 
+## Formatting; no import cycle between modules (scripts/check-module-cycles.py, after its
+## own tests); clippy; the domain crate (mesh/) free of I/O dependencies
+## (scripts/check-mesh-deps.sh); rustdoc (broken or private intra-doc links, bare URLs).
 lint:
 	$(CARGO) fmt --all --check
+	python3 -m unittest discover -q -s scripts -p 'test_*.py'
+	./scripts/check-module-cycles.py
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	./scripts/check-mesh-deps.sh
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --workspace
 
 ## Unit tests run in parallel; process-level integration tests run serially, after the
 ## binaries they start have been built.

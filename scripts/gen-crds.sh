@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Generates the Istio CRDs from the Rust types (shared/src/api) with pilotfish-crdgen, into
+# Generates the Istio CRDs from the Rust types (mesh/src/api) with pilotfish-crdgen, into
 # both places that ship them: crds/ (for kubectl and the tests) and the Helm chart's crds/
 # (manifests/helm/pilotfish/crds/, which helm installs before the templates). One
 # generator, one drift check.
@@ -22,7 +22,7 @@ case "${1:-}" in
 esac
 
 generate() {
-  cargo run --quiet --package pilotfish-shared --bin pilotfish-crdgen -- "$1" >/dev/null
+  cargo run --quiet --package pilotfish-mesh --bin pilotfish-crdgen -- "$1" >/dev/null
 }
 
 tmp=$(mktemp -d)
@@ -42,7 +42,7 @@ fi
 
 for target in "${targets[@]}"; do
   if ! diff -ru "$target" "$tmp/generated" >"$tmp/diff" 2>&1; then
-    echo "ERROR: $target/ is out of date with the types in shared/src/api." >&2
+    echo "ERROR: $target/ is out of date with the types in mesh/src/api." >&2
     echo "Run 'make crds' (then 'make manifests') and commit the result. Difference (checked-in vs generated):" >&2
     head -n 60 "$tmp/diff" >&2
     exit 1

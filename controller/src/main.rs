@@ -16,14 +16,13 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use pilotfish_controller::k8s::lease::{LeaseConfig, LeaseTimings};
 use pilotfish_controller::{admin, k8s, metrics, validate_cmd};
-use pilotfish_shared::api;
+use pilotfish_mesh::api;
+use pilotfish_mesh::push_context::BuildInputs;
 use pilotfish_shared::bus::redis::RedisPublisher;
 use pilotfish_shared::bus::{BusError, PublishOutcome};
-use pilotfish_shared::cli::{RedisArgs, replica_name};
-use pilotfish_shared::mesh_config::MeshConfig;
+use pilotfish_shared::cli::{RedisArgs, load_mesh_config, replica_name};
 use pilotfish_shared::pipeline::folder::{FolderLoop, FolderObserver};
-use pilotfish_shared::pipeline::{Built, Pipeline};
-use pilotfish_shared::push_context::BuildInputs;
+use pilotfish_shared::pipeline::{self, Built, Pipeline};
 use pilotfish_shared::supervise::{Supervisor, run_main};
 use pilotfish_shared::telemetry::{self, LogFormat};
 
@@ -136,7 +135,7 @@ impl FolderObserver for FolderAdmin {
 }
 
 async fn run(cli: Cli) -> Result<ExitCode> {
-    let mesh = MeshConfig::load(cli.mesh_config.as_deref()).context("invalid --mesh-config")?;
+    let mesh = load_mesh_config(cli.mesh_config.as_deref()).context("invalid --mesh-config")?;
     if let Some(Command::Validate { files, output }) = cli.command {
         let report = validate_cmd::validate_paths(&files, mesh, &cli.cluster_domain)?;
         let code = validate_cmd::print(&report, output, &mut std::io::stdout().lock())?;
@@ -216,10 +215,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 },
             };
             tracing::info!(lease = %format!("{}/{}", mode.lease.namespace, mode.lease.name), identity = %replica, ?timings, "Kubernetes source: watching the API, electing a leader");
-            let seed = k8s::mode::seed_from_redis(publisher.clone(), Duration::from_secs(10));
+            let seed = pipeline::seed::read_published(Arc::new(publisher), Duration::from_secs(10));
             for (name, task) in mode.tasks(
                 pipeline,
-                Arc::new(publisher),
                 Some(seed),
                 admin_state.clone(),
                 tasks.shutdown_token(),

@@ -8,10 +8,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use pilotfish_shared::config::{ConfigError, Severity};
-use pilotfish_shared::mesh_config::MeshConfig;
-use pilotfish_shared::push_context::{BuildInputs, build};
-use pilotfish_shared::source::{MeshObject, SourceError, parse_text, to_inputs};
+use pilotfish_mesh::config::{ConfigError, Severity};
+use pilotfish_mesh::document::{MeshObject, SourceError, parse_text, to_inputs};
+use pilotfish_mesh::mesh_config::MeshConfig;
+use pilotfish_mesh::push_context::{BuildInputs, build};
 use serde_json::json;
 
 /// Output format of the command.

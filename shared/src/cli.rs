@@ -1,7 +1,10 @@
 //! Command-line pieces both binaries share: the Redis flags (each also readable from its
-//! `PILOTFISH_*` environment variable) and the replica name.
+//! `PILOTFISH_*` environment variable), the replica name, and reading the `--mesh-config`
+//! file.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use pilotfish_mesh::mesh_config::{MeshConfig, MeshConfigError};
 
 use crate::bus::BusError;
 use crate::bus::redis::RedisConfig;
@@ -9,7 +12,7 @@ use crate::bus::redis::RedisConfig;
 /// How to reach Redis.
 #[derive(clap::Args, Clone, Debug)]
 pub struct RedisArgs {
-    /// Redis: redis://[user@]host:port[/db], rediss://... (TLS) or unix:///path.
+    /// Redis: redis://user@host:port/db (user@ and /db optional), rediss://... (TLS) or unix:///path.
     #[arg(long, env = "PILOTFISH_REDIS_URL")]
     pub redis_url: Option<String>,
     /// Key prefix in Redis (one writer per prefix).
@@ -47,6 +50,23 @@ pub fn replica_name(flag: Option<String>, fallback: &str) -> String {
         .map(|h| h.trim().to_string())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| fallback.to_string())
+}
+
+/// Reads a `--mesh-config` file (Istio MeshConfig YAML); `None` gives the defaults. Fields
+/// Pilotfish does not implement are logged once.
+pub fn load_mesh_config(path: Option<&Path>) -> Result<MeshConfig, MeshConfigError> {
+    let Some(path) = path else {
+        return Ok(MeshConfig::default());
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| MeshConfigError::Field {
+        field: "(file)".into(),
+        reason: format!("cannot read {}: {e}", path.display()),
+    })?;
+    let loaded = MeshConfig::from_yaml(&text)?;
+    if !loaded.ignored_fields.is_empty() {
+        tracing::info!(fields = ?loaded.ignored_fields, "mesh config fields Pilotfish does not use are ignored");
+    }
+    Ok(loaded.config)
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! Process lifecycle shared by the binaries, and the timer its loops select on. Every long-lived task is spawned into a
+//! Process lifecycle shared by the binaries. Every long-lived task is spawned into a
 //! [`Supervisor`]; when any of them ends — returns, fails or panics — the process exits
 //! non-zero, so a dead task never hides behind a healthy-looking pod. SIGTERM and SIGINT
 //! end the process cleanly.
@@ -95,15 +95,6 @@ impl Supervisor {
         })
         .await;
         self.tasks.abort_all();
-    }
-}
-
-/// Sleeps until `at`, or forever when `None`: a `select!` branch that is off until a
-/// deadline exists (debounce, retries, connection ages).
-pub async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

@@ -8,8 +8,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
+use pilotfish_mesh::push_context::PushContext;
 use pilotfish_shared::bus::{Followed, SnapshotRef};
-use pilotfish_shared::push_context::PushContext;
 use serde::Serialize;
 use tokio::sync::watch;
 

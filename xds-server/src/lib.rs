@@ -4,7 +4,7 @@
 //!   tonic service and [`ads::serve`] — and its seam to the resource generators
 //!   ([`ads::XdsSnapshot`], [`ads::Resource`]); also the registry of open streams
 //!   (`/debug/adsz`, `/debug/syncz`) and push admission.
-//! - [`node`]: Istio node id and metadata → [`pilotfish_shared::model::Proxy`].
+//! - [`node`]: Istio node id and metadata → [`pilotfish_mesh::model::Proxy`].
 //! - [`metrics`]: the Prometheus metrics, under Istio's names.
 //! - [`feed`]: bus follower → generated snapshots → the engine, with the push history.
 //! - [`admin`]: the admin HTTP server and its debug pages.

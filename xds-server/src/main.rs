@@ -16,15 +16,14 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use pilotfish_shared::api;
+use pilotfish_mesh::api;
+use pilotfish_mesh::codec::{self, DecodeLimits};
+use pilotfish_mesh::push_context::{BuildInputs, PushContext};
 use pilotfish_shared::bus::memory::MemoryBus;
 use pilotfish_shared::bus::{BusError, Follower, PublishOutcome};
-use pilotfish_shared::cli::{RedisArgs, replica_name};
-use pilotfish_shared::codec::{self, DecodeLimits};
-use pilotfish_shared::mesh_config::MeshConfig;
+use pilotfish_shared::cli::{RedisArgs, load_mesh_config, replica_name};
 use pilotfish_shared::pipeline::folder::{FolderLoop, FolderObserver};
 use pilotfish_shared::pipeline::{Built, Pipeline};
-use pilotfish_shared::push_context::{BuildInputs, PushContext};
 use pilotfish_shared::supervise::{Supervisor, run_main};
 use pilotfish_shared::telemetry::{self, LogFormat};
 use pilotfish_xds::admin::{self, AdminContext};
@@ -134,7 +133,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     let follower: Follower<Arc<PushContext>> = match (&cli.config_dir, cli.redis.config()?) {
         (Some(dir), _) => {
             let mesh =
-                MeshConfig::load(cli.mesh_config.as_deref()).context("invalid --mesh-config")?;
+                load_mesh_config(cli.mesh_config.as_deref()).context("invalid --mesh-config")?;
             if !dir.is_dir() {
                 bail!("--config-dir {}: not a folder", dir.display());
             }

@@ -12,7 +12,7 @@ use std::net::IpAddr;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
-use pilotfish_shared::model::{Locality, Proxy, ProxyGenerator, ProxyType};
+use pilotfish_mesh::model::{Locality, Proxy, ProxyGenerator, ProxyType};
 
 /// Why a node cannot identify a proxy.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

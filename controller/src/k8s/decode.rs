@@ -111,7 +111,7 @@ impl<K: Resource<DynamicType = ()>> Resource for Decoded<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pilotfish_shared::api::VirtualService;
+    use pilotfish_mesh::api::VirtualService;
     use serde_json::json;
 
     #[test]

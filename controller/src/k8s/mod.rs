@@ -3,24 +3,25 @@
 //!
 //! Public surface: [`KubeMode`] (settings) and [`KubeMode::tasks`], the long-lived
 //! tasks `main` supervises — one watcher per kind ([`watch`]), the Lease election
-//! ([`lease`]), the status writer ([`status`], with Events from [`events`]) and the
-//! loop that owns the stores ([`mode`]). Any of them ending ends the process.
+//! ([`lease`]), the status writer ([`status`]: conditions and Events) and the loop that
+//! owns the stores ([`mode`], performing what the [`conductor`] decides). Any of them
+//! ending ends the process.
 //!
 //! ```text
-//! watchers (7 kinds) ──Update──▶ mode loop: stores ─▶ debounce ─▶ build ─▶ publish (leader)
-//!                                   ▲                                 └──▶ StatusJob ─▶ status writer ─▶ /status, Events
+//! watchers (7 kinds) ──Update──▶ mode loop: stores ─▶ build ─▶ publish (leader)
+//!                                   ▲  ▲▼ events/actions              └──▶ StatusJob ─▶ status writer ─▶ /status, Events
+//!                                   │  conductor (debounce, terms, epochs, retries)
 //! Lease election ──Leadership──────┘ (and to the status writer: the claim check)
 //! ```
 
+pub mod conductor;
 pub mod decode;
-pub mod events;
 pub mod lease;
 pub mod mode;
 pub mod status;
 pub mod store;
 pub mod watch;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -30,16 +31,17 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::Api;
-use pilotfish_shared::api::{DestinationRule, ServiceEntry, VirtualService};
-use pilotfish_shared::push_context::BuildInputs;
+use pilotfish_mesh::api::{DestinationRule, ServiceEntry, VirtualService};
+use pilotfish_mesh::push_context::BuildInputs;
 use tokio::sync::{mpsc, watch as channel};
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::AdminState;
 use lease::{Leadership, LeaseConfig};
-use mode::{ModeLoop, Resign, Seed};
+use mode::ModeLoop;
 use pilotfish_shared::pipeline::Pipeline;
-use status::StatusWriter;
+use pilotfish_shared::pipeline::seed::Seed;
+use status::writer::{EventSink, StatusWriter};
 use store::Watched;
 
 /// A named long-lived task for `main` to supervise.
@@ -101,12 +103,11 @@ fn until_shutdown(
 
 impl KubeMode {
     /// Builds every task of the mode. `seed` reads what is already published (see
-    /// [`mode::seed_from_redis`]). `shutdown` being cancelled ends every task; the Lease task
+    /// [`pilotfish_shared::pipeline::seed`]). `shutdown` being cancelled ends every task; the Lease task
     /// first releases the Lease (if held).
     pub fn tasks(
         self,
         pipeline: Pipeline,
-        resign: Arc<dyn Resign>,
         seed: Option<Seed>,
         admin: AdminState,
         shutdown: CancellationToken,
@@ -153,7 +154,7 @@ impl KubeMode {
         ));
         let writer = StatusWriter::new(
             client.clone(),
-            events::EventSink::new(client, &self.lease.identity),
+            EventSink::new(client, &self.lease.identity),
             leadership_rx.clone(),
             jobs_rx,
         );
@@ -173,7 +174,6 @@ impl KubeMode {
             updates: updates_rx,
             leadership: leadership_rx,
             status_jobs: jobs_tx,
-            resign,
             admin,
         };
         tasks.push((

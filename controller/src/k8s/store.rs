@@ -17,10 +17,10 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Service as KubeService};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use pilotfish_shared::api::{DestinationRule, IstioStatus, ServiceEntry, VirtualService};
-use pilotfish_shared::config::{ConfigKey, ConfigKind};
-use pilotfish_shared::model::PodInfo;
-use pilotfish_shared::push_context::BuildInputs;
+use pilotfish_mesh::api::{DestinationRule, IstioStatus, ServiceEntry, VirtualService};
+use pilotfish_mesh::config::{ConfigKey, ConfigKind};
+use pilotfish_mesh::model::PodInfo;
+use pilotfish_mesh::push_context::BuildInputs;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -583,7 +583,7 @@ fn collect_config<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pilotfish_shared::api::{IstioCondition, VirtualServiceSpec};
+    use pilotfish_mesh::api::{IstioCondition, VirtualServiceSpec};
 
     fn mk_vs(name: &str, generation: i64, hosts: &[&str]) -> VirtualService {
         let mut vs = VirtualService::new(

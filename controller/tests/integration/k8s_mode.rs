@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use kube::api::{Api, ListParams};
-use pilotfish_controller::k8s::mode::{NoResign, seed_from_redis};
+use pilotfish_mesh::codec::{self, DecodeLimits};
+use pilotfish_mesh::push_context::PushContext;
 use pilotfish_shared::bus::memory::MemoryBus;
 use pilotfish_shared::bus::redis::{RedisConfig, RedisPublisher};
 use pilotfish_shared::bus::{Follower, SnapshotPublisher};
-use pilotfish_shared::codec::{self, DecodeLimits};
-use pilotfish_shared::push_context::PushContext;
+use pilotfish_shared::pipeline::seed::read_published;
 use pilotfish_testkit::redis::RedisServer;
 use serde_json::json;
 
@@ -34,13 +34,7 @@ async fn nothing_is_published_until_every_kind_is_listed() {
     cluster.apply(service("reviews", 9080)).await;
     let bus = MemoryBus::new();
     let (follower, _task) = bus.follow(decode);
-    let mut replica = Replica::start(
-        &cluster,
-        "a",
-        Arc::new(bus.publisher()),
-        Arc::new(NoResign),
-        fast_timings(),
-    );
+    let mut replica = Replica::start(&cluster, "a", Arc::new(bus.publisher()), fast_timings());
     eventually("the replica to lead", || async {
         replica.is_leader().then_some(())
     })
@@ -97,13 +91,7 @@ async fn invalid_objects_get_a_false_condition_and_one_event_and_keep_the_previo
         .await;
     let bus = MemoryBus::new();
     let (follower, _task) = bus.follow(decode);
-    let mut replica = Replica::start(
-        &cluster,
-        "a",
-        Arc::new(bus.publisher()),
-        Arc::new(NoResign),
-        fast_timings(),
-    );
+    let mut replica = Replica::start(&cluster, "a", Arc::new(bus.publisher()), fast_timings());
     let vs = split("reviews", "reviews", &[("v1", 80), ("v2", 20)]);
     let accepted = eventually("the Reconciled=True condition", || async {
         let object = cluster.get(&vs).await?;
@@ -236,13 +224,7 @@ async fn an_object_that_does_not_decode_is_reported_and_its_watch_goes_on() {
     cluster.apply(unreadable.clone()).await;
     let bus = MemoryBus::new();
     let (follower, _task) = bus.follow(decode);
-    let mut replica = Replica::start(
-        &cluster,
-        "a",
-        Arc::new(bus.publisher()),
-        Arc::new(NoResign),
-        fast_timings(),
-    );
+    let mut replica = Replica::start(&cluster, "a", Arc::new(bus.publisher()), fast_timings());
     let condition = eventually("the decode failure in the status", || async {
         let c = reconciled(&cluster.get(&unreadable).await?)?;
         (c["status"] == "False").then_some(c)
@@ -289,16 +271,14 @@ async fn a_standby_takes_over_a_killed_leader_with_a_new_epoch() {
     let a = Replica::start(
         &cluster,
         "a",
-        Arc::new(publisher_a.clone()) as Arc<dyn SnapshotPublisher>,
-        Arc::new(publisher_a),
+        Arc::new(publisher_a) as Arc<dyn SnapshotPublisher>,
         fast_timings(),
     );
     eventually("a to lead", || async { a.is_leader().then_some(()) }).await;
     let mut b = Replica::start(
         &cluster,
         "b",
-        Arc::new(publisher_b.clone()) as Arc<dyn SnapshotPublisher>,
-        Arc::new(publisher_b),
+        Arc::new(publisher_b) as Arc<dyn SnapshotPublisher>,
         fast_timings(),
     );
     eventually("the first publish", || async {
@@ -362,7 +342,6 @@ async fn restarts_never_publish_a_partial_mesh_and_deleting_the_route_restores_t
             &cluster,
             identity,
             Arc::new(bus.publisher()),
-            Arc::new(NoResign),
             fast_timings(),
         )
     };
@@ -440,13 +419,13 @@ async fn a_restarted_controller_keeps_the_last_accepted_version_of_an_object_inv
     let (follower, _task) =
         pilotfish_shared::bus::redis::follow(config(), decode).expect("follow Redis");
     let start = |identity: &str| {
-        let publisher = RedisPublisher::new(config()).unwrap();
+        let publisher: Arc<dyn SnapshotPublisher> =
+            Arc::new(RedisPublisher::new(config()).unwrap());
         Replica::start_seeded(
             &cluster,
             identity,
-            Arc::new(publisher.clone()) as Arc<dyn SnapshotPublisher>,
-            Arc::new(publisher.clone()),
-            Some(seed_from_redis(publisher, Duration::from_secs(10))),
+            publisher.clone(),
+            Some(read_published(publisher, Duration::from_secs(10))),
             fast_timings(),
         )
     };

@@ -16,10 +16,10 @@ use kube::runtime::wait::{await_condition, conditions};
 use pilotfish_controller::admin::AdminState;
 use pilotfish_controller::k8s::KubeMode;
 use pilotfish_controller::k8s::lease::{LeaseConfig, LeaseTimings};
-use pilotfish_controller::k8s::mode::{Resign, Seed};
+use pilotfish_mesh::push_context::{BuildInputs, PushContext};
 use pilotfish_shared::bus::SnapshotPublisher;
 use pilotfish_shared::pipeline::Pipeline;
-use pilotfish_shared::push_context::{BuildInputs, PushContext};
+use pilotfish_shared::pipeline::seed::Seed;
 use pilotfish_testkit::apiserver::TestApiServer;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
@@ -75,7 +75,7 @@ impl Cluster {
 
     pub async fn install_istio_crds(&self) {
         let api: Api<CustomResourceDefinition> = Api::all(self.client());
-        for crd in pilotfish_shared::api::crd::crds() {
+        for crd in pilotfish_mesh::api::crd::crds() {
             let name = crd.metadata.name.clone().expect("CRD name");
             api.create(&PostParams::default(), &crd)
                 .await
@@ -255,10 +255,9 @@ impl Replica {
         cluster: &Cluster,
         identity: &str,
         publisher: Arc<dyn SnapshotPublisher>,
-        resign: Arc<dyn Resign>,
         timings: LeaseTimings,
     ) -> Replica {
-        Self::start_seeded(cluster, identity, publisher, resign, None, timings)
+        Self::start_seeded(cluster, identity, publisher, None, timings)
     }
 
     /// Like [`Replica::start`], reading the published snapshot first (`seed`).
@@ -266,7 +265,6 @@ impl Replica {
         cluster: &Cluster,
         identity: &str,
         publisher: Arc<dyn SnapshotPublisher>,
-        resign: Arc<dyn Resign>,
         seed: Option<Seed>,
         timings: LeaseTimings,
     ) -> Replica {
@@ -290,7 +288,6 @@ impl Replica {
         let mut tasks = JoinSet::new();
         for (name, task) in mode.tasks(
             Pipeline::new(publisher),
-            resign,
             seed,
             admin.clone(),
             shutdown.clone(),

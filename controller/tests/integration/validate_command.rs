@@ -5,7 +5,7 @@ use std::process::Command;
 
 fn corpus(sub: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/tests/data/istio")
+        .join("../mesh/tests/data/istio")
         .join(sub)
 }
 

@@ -3,9 +3,6 @@
 //!   keep, treat a regression as a reset).
 //! - [`check_advance`]: the fencing rule (the Redis Lua script implements the same rule).
 //! - [`needs_republish`]: when a publisher must re-seed and republish (store lost data).
-//! - [`backoff_delay`]: exponential backoff with full jitter.
-
-use std::time::Duration;
 
 use super::SnapshotRef;
 
@@ -144,23 +141,6 @@ pub fn needs_republish(latest: Option<&SnapshotRef>, last_published: Option<&Sna
         (None, Some(_)) => true,
         (Some(l), Some(p)) => l.version < p.version,
     }
-}
-
-/// Exponential backoff with full jitter: uniform in `[base/2, min(cap, base·2^attempt)]`.
-/// The lower bound keeps a storm of replicas from hammering a recovering Redis at once
-/// while still spreading them. `unit` is a uniform random number in `[0, 1)`.
-pub fn backoff_delay(attempt: u32, base: Duration, cap: Duration, unit: f64) -> Duration {
-    let ceiling = base
-        .checked_mul(1u32.checked_shl(attempt.min(20)).unwrap_or(u32::MAX))
-        .unwrap_or(cap)
-        .min(cap);
-    let floor = (base / 2).min(ceiling);
-    let unit = if unit.is_finite() {
-        unit.clamp(0.0, 1.0)
-    } else {
-        0.0
-    };
-    floor + (ceiling - floor).mul_f64(unit)
 }
 
 #[cfg(test)]
@@ -345,25 +325,5 @@ mod tests {
             !needs_republish(Some(&mk_ref(12, "y", 4)), Some(&mine)),
             "someone newer"
         );
-    }
-
-    #[test]
-    fn backoff_grows_to_the_cap_and_stays_within_bounds() {
-        let base = Duration::from_millis(100);
-        let cap = Duration::from_secs(5);
-        assert_eq!(backoff_delay(0, base, cap, 0.0), Duration::from_millis(50));
-        assert_eq!(backoff_delay(0, base, cap, 1.0), Duration::from_millis(100));
-        assert_eq!(backoff_delay(3, base, cap, 1.0), Duration::from_millis(800));
-        assert_eq!(backoff_delay(30, base, cap, 1.0), cap);
-        assert_eq!(backoff_delay(u32::MAX, base, cap, 1.0), cap);
-        for attempt in 0..40 {
-            for unit in [0.0, 0.3, 0.999, f64::NAN, -1.0, 7.0] {
-                let d = backoff_delay(attempt, base, cap, unit);
-                assert!(
-                    d >= base / 2 && d <= cap,
-                    "attempt {attempt} unit {unit}: {d:?}"
-                );
-            }
-        }
     }
 }

@@ -187,6 +187,16 @@ impl SnapshotPublisher for MemoryPublisher {
         futures::future::ready(Ok(epoch)).boxed()
     }
 
+    fn fetch_latest(&self) -> BoxFuture<'_, Result<Option<(SnapshotRef, Bytes)>, BusError>> {
+        let latest = self
+            .inner
+            .latest
+            .borrow()
+            .as_ref()
+            .map(|s| (s.reference.clone(), s.bytes.clone()));
+        futures::future::ready(Ok(latest)).boxed()
+    }
+
     fn publish(
         &self,
         snapshot: EncodedSnapshot,

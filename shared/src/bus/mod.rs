@@ -3,7 +3,9 @@
 //! Public surface:
 //! - [`SnapshotPublisher`] (trait, dyn-compatible): [`take_epoch`](SnapshotPublisher::take_epoch)
 //!   on winning leadership, then [`publish`](SnapshotPublisher::publish) of an
-//!   [`EncodedSnapshot`] → [`PublishOutcome`] (`Published` / `Unchanged` / `Fenced`).
+//!   [`EncodedSnapshot`] → [`PublishOutcome`] (`Published` / `Unchanged` / `Fenced`);
+//!   [`resign`](SnapshotPublisher::resign) when leadership ends;
+//!   [`fetch_latest`](SnapshotPublisher::fetch_latest) reads back what is published.
 //! - [`Follower`]: the consumer side of a follow loop. It yields the latest *good* decoded
 //!   snapshot through a `watch` channel of `Option<Arc<Followed<T>>>` and a cheap
 //!   [`FollowerStatus`] for `/readyz` detail. The loop itself is a [`BusTask`] the caller
@@ -26,6 +28,7 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+mod codec;
 mod decision;
 mod follow;
 pub mod memory;
@@ -33,7 +36,7 @@ pub mod metrics;
 pub mod redis;
 
 pub use decision::{
-    Decision, FollowState, KeepReason, Observation, backoff_delay, check_advance, needs_republish,
+    Decision, FollowState, KeepReason, Observation, check_advance, needs_republish,
 };
 
 /// Identifies one published snapshot. Stored beside the blob (in Redis: the `latest` hash).
@@ -160,6 +163,20 @@ pub trait SnapshotPublisher: Send + Sync {
     /// Publishes `snapshot` unless `latest` already carries the same content hash.
     fn publish(&self, snapshot: EncodedSnapshot)
     -> BoxFuture<'_, Result<PublishOutcome, BusError>>;
+
+    /// The snapshot `latest` points at and its blob, as the bus holds them (`None`:
+    /// nothing published, or the blob is gone or too large to read). A controller that
+    /// (re)starts reads it to keep serving the last accepted version of objects that are
+    /// invalid when it starts.
+    fn fetch_latest(&self) -> BoxFuture<'_, Result<Option<(SnapshotRef, Bytes)>, BusError>>;
+
+    /// Gives up the epoch when leadership ends: publishing fails with
+    /// [`BusError::NoEpoch`] until a new epoch is taken, and anything publishing on this
+    /// publisher's behalf (the Redis watchdog) stops. The default does nothing, for buses
+    /// with nothing to stop.
+    fn resign(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// A decoded snapshot together with the reference it was published under.

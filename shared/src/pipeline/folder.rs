@@ -7,14 +7,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::supervise::sleep_until_opt;
 use tokio::time::Instant;
 
 use super::debounce::{ChangeClass, Debouncer};
 use super::{Built, Pipeline, metrics};
 use crate::bus::{BusError, PublishOutcome, SnapshotRef};
-use crate::push_context::BuildInputs;
+use crate::retry::{Backoff, Retry, sleep_until_opt};
 use crate::source::DirSource;
+use pilotfish_mesh::push_context::BuildInputs;
 
 /// Why the folder loop stopped (it runs until then).
 #[derive(Debug, thiserror::Error)]
@@ -63,9 +63,7 @@ pub struct FolderLoop {
 }
 
 /// Retries after a failed publish or epoch, from 200 ms up to 10 s.
-fn retry_delay(attempt: u32) -> Duration {
-    Duration::from_millis(200u64.saturating_mul(1 << attempt.min(6))).min(Duration::from_secs(10))
-}
+const RETRY: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
 
 impl FolderLoop {
     pub async fn run(
@@ -85,8 +83,8 @@ impl FolderLoop {
         // The first build happens at once.
         debounce.event(std::time::Instant::now(), ChangeClass::Config);
         let mut pending: Option<Built> = None;
-        let mut attempt = 0u32;
-        let mut retry_at: Option<Instant> = None;
+        // The publish of `pending`: scheduled at once after a build, later after a failure.
+        let mut publish = Retry::new(RETRY);
         let mut resync = tokio::time::interval(self.resync_every);
         resync.tick().await;
         loop {
@@ -111,12 +109,12 @@ impl FolderLoop {
                     }
                     if report.changed || pipeline.previous().is_none() {
                         pending = Some(pipeline.build(source.inputs(self.base.clone()), false).await);
-                        attempt = 0;
-                        retry_at = Some(Instant::now());
+                        publish.reset();
+                        publish.schedule_at(Instant::now());
                     }
                 }
-                _ = sleep_until_opt(retry_at) => {
-                    retry_at = None;
+                _ = sleep_until_opt(publish.deadline()) => {
+                    publish.cancel();
                     let Some(built) = pending.take() else { continue };
                     match pipeline.publish(&built).await {
                         Ok(PublishOutcome::Fenced { current }) => {
@@ -130,12 +128,10 @@ impl FolderLoop {
                             observer.published(&built, Ok(&outcome));
                         }
                         Err(e) => {
-                            let delay = retry_delay(attempt);
+                            let delay = publish.schedule(Instant::now());
                             tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "publish failed; retrying");
                             observer.published(&built, Err(&e));
                             pending = Some(built);
-                            attempt += 1;
-                            retry_at = Some(Instant::now() + delay);
                         }
                     }
                 }
@@ -145,7 +141,7 @@ impl FolderLoop {
 }
 
 async fn take_epoch_with_retry(pipeline: &Pipeline) -> u64 {
-    let mut attempt = 0;
+    let mut retry = Retry::new(RETRY);
     loop {
         match pipeline.take_epoch().await {
             Ok(epoch) => {
@@ -156,10 +152,9 @@ async fn take_epoch_with_retry(pipeline: &Pipeline) -> u64 {
                 return epoch;
             }
             Err(e) => {
-                let delay = retry_delay(attempt);
+                let delay = retry.next_delay();
                 tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "cannot take an epoch yet");
                 tokio::time::sleep(delay).await;
-                attempt += 1;
             }
         }
     }

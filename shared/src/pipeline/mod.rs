@@ -7,19 +7,21 @@
 //! - [`debounce`]: bursts of changes become one rebuild.
 //! - [`folder`]: the loop that turns a folder of YAML into published snapshots (the
 //!   controller's `--config-dir` mode and the xDS server's standalone mode).
+//! - [`seed`]: reading back what is published, as a restarted builder's "previous".
 
 pub mod debounce;
 pub mod folder;
 pub mod metrics;
+pub mod seed;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::bus::{BusError, EncodedSnapshot, PublishOutcome, SnapshotPublisher};
-use crate::codec::{self, Encoded};
-use crate::config::{ConfigError, ConfigKey, ConfigKind};
-use crate::push_context::{BuildInputs, PushContext, build, build_endpoints_only};
+use pilotfish_mesh::codec::{self, Encoded};
+use pilotfish_mesh::config::{ConfigError, ConfigKey, ConfigKind};
+use pilotfish_mesh::push_context::{BuildInputs, PushContext, build, build_endpoints_only};
 
 /// One built snapshot, ready to publish.
 #[derive(Debug)]
@@ -123,6 +125,11 @@ impl Pipeline {
         self.publisher.take_epoch().await
     }
 
+    /// Gives up the epoch (leadership ended); see [`SnapshotPublisher::resign`].
+    pub async fn resign(&self) {
+        self.publisher.resign().await
+    }
+
     /// Logs findings not reported before and updates the invalid-config gauges.
     fn report(&mut self, findings: &[ConfigError]) {
         let current: BTreeSet<ConfigError> = findings.iter().cloned().collect();
@@ -152,7 +159,7 @@ impl Pipeline {
 mod tests {
     use super::*;
     use crate::bus::memory::MemoryBus;
-    use crate::synthetic::{MeshShape, mesh};
+    use pilotfish_mesh::synthetic::{MeshShape, mesh};
 
     #[tokio::test]
     async fn builds_publishes_and_takes_the_cheap_path_for_endpoints() {

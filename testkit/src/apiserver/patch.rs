@@ -9,18 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 
-use super::schema;
-
-/// How a list field merges.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ListStrategy {
-    /// Replaced whole.
-    Atomic,
-    /// Elements are objects identified by these keys (`ports` by `port`, …).
-    Map(Vec<String>),
-    /// Elements are scalars merged as a set (`finalizers`).
-    Set,
-}
+use super::schema::{self, ListStrategy};
 
 /// Where list strategies come from for one kind.
 #[derive(Debug, Clone, Copy)]

@@ -2,7 +2,8 @@
 //! (honouring `x-kubernetes-preserve-unknown-fields`), `default`s, and validation
 //! (types, `nullable`, `x-kubernetes-int-or-string`, `required`, `enum`, bounds,
 //! `pattern`, and the value-only `allOf`/`anyOf`/`oneOf`/`not` branches), producing causes
-//! worded like the real server's. Also answers which list-merge strategy a field has.
+//! worded like the real server's. Also defines [`ListStrategy`] (how a list merges) and
+//! answers which one a field has.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -11,7 +12,6 @@ use regex::Regex;
 use serde_json::{Map, Value};
 
 use super::error::Cause;
-use super::patch::ListStrategy;
 
 /// What pruning and validation found.
 #[derive(Debug, Default)]
@@ -558,6 +558,19 @@ fn validate_junctors(
             format!("{path} in body must not validate the schema (not)"),
         ));
     }
+}
+
+/// How a list field merges under strategic merge and server-side apply. Custom resources
+/// declare it in their schema (`x-kubernetes-list-type`, read by [`list_strategy`]);
+/// built-in kinds get it from the patch module's hand-kept table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListStrategy {
+    /// Replaced whole.
+    Atomic,
+    /// Elements are objects identified by these keys (`ports` by `port`, …).
+    Map(Vec<String>),
+    /// Elements are scalars merged as a set (`finalizers`).
+    Set,
 }
 
 /// The list strategy the schema declares at a field path (`x-kubernetes-list-type`).

@@ -21,10 +21,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use pilotfish_mesh::codec::{self, DecodeLimits};
+use pilotfish_mesh::push_context::PushContext;
 use pilotfish_shared::bus::Follower;
 use pilotfish_shared::bus::redis::{RedisConfig, RedisPublisher, follow};
-use pilotfish_shared::codec::{self, DecodeLimits};
-use pilotfish_shared::push_context::PushContext;
 use pilotfish_testkit::grpc::{GrpcBackends, RpcTally, XdsClient, bootstrap};
 use pilotfish_testkit::process::{ChildProcess, XdsServer, binary, free_port, http_get};
 use pilotfish_testkit::redis::RedisServer;

@@ -6,13 +6,13 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use pilotfish_shared::api::yaml_documents;
+use pilotfish_mesh::api::yaml_documents;
 use pilotfish_testkit::tools::workspace_root;
 
 use crate::support::Cluster;
 
 fn corpus_files(sub: &str) -> Vec<PathBuf> {
-    let dir = workspace_root().join("shared/tests/data/istio").join(sub);
+    let dir = workspace_root().join("mesh/tests/data/istio").join(sub);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -142,7 +142,7 @@ async fn documents_the_schemas_forbid_are_refused_with_the_field_named() {
     cluster
         .kubectl_ok(&["create", "namespace", "bookinfo"])
         .await;
-    let invalid = workspace_root().join("shared/tests/data/istio/invalid-parse");
+    let invalid = workspace_root().join("mesh/tests/data/istio/invalid-parse");
     // (file, text kubectl's error must contain)
     for (file, field) in [
         ("unknown-fields-deep.yaml", "destinaton"),

@@ -21,7 +21,7 @@ use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use pilotfish_shared::supervise::sleep_until_opt;
+use pilotfish_shared::retry::sleep_until_opt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio::time::Instant;

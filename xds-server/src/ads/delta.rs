@@ -20,7 +20,7 @@ use envoy_types::pb::envoy::config::core::v3::ControlPlane;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource as WireResource,
 };
-use pilotfish_shared::model::Proxy;
+use pilotfish_mesh::model::Proxy;
 
 use super::resource::{ChangeKind, Resource, XdsSnapshot, to_envoy_any};
 use super::state::{AckStatus, NackStatus, TypeStatus};

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use pilotfish_shared::model::Proxy;
+use pilotfish_mesh::model::Proxy;
 
 use super::resource::{ChangeKind, Resource, StampedSnapshot, XdsSnapshot};
 use super::types::{CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE};

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use pilotfish_shared::model::Proxy;
+use pilotfish_mesh::model::Proxy;
 use serde::Serialize;
 
 use super::state::{TypeStatus, rfc3339};

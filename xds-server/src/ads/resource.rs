@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use pilotfish_shared::model::Proxy;
+use pilotfish_mesh::model::Proxy;
 use sha2::{Digest, Sha256};
 
 /// One encoded xDS resource ready to send. Shared (`Arc`) by every stream that sends it.

@@ -22,7 +22,7 @@ use std::time::SystemTime;
 
 use envoy_types::pb::envoy::config::core::v3::ControlPlane;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
-use pilotfish_shared::model::Proxy;
+use pilotfish_mesh::model::Proxy;
 
 use super::resource::{ChangeKind, Resource, XdsSnapshot, to_envoy_any};
 use super::state::{AckStatus, NackStatus, TypeStatus};

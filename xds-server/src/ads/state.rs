@@ -325,7 +325,7 @@ impl super::resource::XdsSnapshot for DuplicatingSnapshot {
     }
     fn resources(
         &self,
-        _proxy: &pilotfish_shared::model::Proxy,
+        _proxy: &pilotfish_mesh::model::Proxy,
         type_url: &str,
         _names: Option<&BTreeSet<String>>,
     ) -> Vec<Arc<super::resource::Resource>> {

@@ -16,7 +16,7 @@ use envoy_types::pb::envoy::config::cluster::v3::{
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
-use pilotfish_shared::model::{Proxy, ProxyGenerator};
+use pilotfish_mesh::model::{Proxy, ProxyGenerator};
 use prost::Message;
 
 use super::findings::Finding;

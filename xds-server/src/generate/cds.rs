@@ -30,11 +30,11 @@ use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
 };
 use envoy_types::pb::envoy::r#type::v3::Percent;
 use envoy_types::pb::google::protobuf::UInt64Value;
-use pilotfish_shared::api::{
+use pilotfish_mesh::api::{
     ConnectionPoolSettings, H2UpgradePolicy, LoadBalancerSettings, OutlierDetection, SimpleLb,
 };
-use pilotfish_shared::model::Protocol;
-use pilotfish_shared::push_context::PushContext;
+use pilotfish_mesh::model::Protocol;
+use pilotfish_mesh::push_context::PushContext;
 
 use super::eds::{cluster_endpoints, dns_load_assignment};
 use super::findings::{Downgrade, Finding};
@@ -127,7 +127,7 @@ fn outbound_cluster(
             if endpoints.is_empty()
                 && let Some(name) = &plan.service.external_name
             {
-                external = pilotfish_shared::model::Endpoint {
+                external = pilotfish_mesh::model::Endpoint {
                     address: name.clone(),
                     port: plan.port.port,
                     labels: Default::default(),

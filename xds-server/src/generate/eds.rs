@@ -19,9 +19,9 @@ use envoy_types::pb::envoy::config::endpoint::v3::{
     ClusterLoadAssignment, Endpoint as EnvoyEndpoint, LbEndpoint, LocalityLbEndpoints,
     lb_endpoint::HostIdentifier,
 };
-use pilotfish_shared::api::LocalityLoadBalancerSetting;
-use pilotfish_shared::model::{Endpoint, EndpointHealth, Locality};
-use pilotfish_shared::push_context::PushContext;
+use pilotfish_mesh::api::LocalityLoadBalancerSetting;
+use pilotfish_mesh::model::{Endpoint, EndpointHealth, Locality};
+use pilotfish_mesh::push_context::PushContext;
 
 use super::findings::Finding;
 use super::plan::{ClusterPlan, Discovery, OutboundPlan};
@@ -343,7 +343,7 @@ pub fn dns_load_assignment(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pilotfish_shared::api::{Distribute, Failover};
+    use pilotfish_mesh::api::{Distribute, Failover};
 
     fn ep(addr: &str, locality: &str) -> Endpoint {
         Endpoint {

@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::admin::v3::{
     routes_config_dump::DynamicRouteConfig,
 };
 use envoy_types::pb::google::protobuf::Any;
-use pilotfish_shared::model::Proxy;
+use pilotfish_mesh::model::Proxy;
 use prost_reflect::{DynamicMessage, SerializeOptions};
 
 use super::descriptors::pool;

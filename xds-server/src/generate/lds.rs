@@ -38,10 +38,10 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
     tcp_proxy::{self, WeightedCluster},
 };
 use envoy_types::pb::envoy::r#type::v3::{HashPolicy as TypeHashPolicy, hash_policy};
-use pilotfish_shared::api::TcpRoute;
-use pilotfish_shared::mesh_config::OutboundTrafficPolicy;
-use pilotfish_shared::model::{Protocol, Proxy, labels_match};
-use pilotfish_shared::push_context::PushContext;
+use pilotfish_mesh::api::TcpRoute;
+use pilotfish_mesh::mesh_config::OutboundTrafficPolicy;
+use pilotfish_mesh::model::{Protocol, Proxy, labels_match};
+use pilotfish_mesh::push_context::PushContext;
 
 use super::eds::socket_address;
 use super::findings::{Finding, RouteKind};
@@ -302,7 +302,7 @@ fn tcp_route_applies(r: &TcpRoute, proxy: &Proxy, port: u32) -> bool {
 /// (and is noted in `findings`).
 fn resolve_tcp(
     env: &RouteEnv<'_>,
-    dest: &pilotfish_shared::api::Destination,
+    dest: &pilotfish_mesh::api::Destination,
     findings: &mut Vec<Finding>,
 ) -> String {
     destination_cluster(env, dest).unwrap_or_else(|cluster| {

@@ -4,7 +4,7 @@
 //! proxyless listeners and route configs `<fqdn>:<port>`; and the virtual host domains
 //! Istio lists for a service.
 
-use pilotfish_shared::model::Service;
+use pilotfish_mesh::model::Service;
 
 pub const PASSTHROUGH_CLUSTER: &str = "PassthroughCluster";
 pub const BLACKHOLE_CLUSTER: &str = "BlackHoleCluster";
@@ -103,7 +103,7 @@ pub fn service_domains(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pilotfish_shared::model::{ExportTo, Resolution, ServiceOrigin};
+    use pilotfish_mesh::model::{ExportTo, Resolution, ServiceOrigin};
 
     fn svc(host: &str, ns: &str, addresses: &[&str]) -> Service {
         Service {

@@ -7,9 +7,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use pilotfish_shared::api::{Labels, SimpleLb};
-use pilotfish_shared::model::{Protocol, Proxy, Resolution, Service, ServicePort};
-use pilotfish_shared::push_context::{EffectiveDestinationRule, PushContext};
+use pilotfish_mesh::api::{Labels, SimpleLb};
+use pilotfish_mesh::model::{Protocol, Proxy, Resolution, Service, ServicePort};
+use pilotfish_mesh::push_context::{EffectiveDestinationRule, PushContext};
 
 use super::findings::{Downgrade, Finding};
 use super::names;

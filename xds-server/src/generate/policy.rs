@@ -3,11 +3,11 @@
 //! subset's policy and the subset's own port-level settings (Istio's merge order; each
 //! layer replaces whole sections — load balancer, connection pool, outlier detection, TLS).
 
-use pilotfish_shared::api::{
+use pilotfish_mesh::api::{
     ClientTlsSettings, ConnectionPoolSettings, LoadBalancerSettings, OutlierDetection,
     PortTrafficPolicy, Subset, TrafficPolicy,
 };
-use pilotfish_shared::push_context::EffectiveDestinationRule;
+use pilotfish_mesh::push_context::EffectiveDestinationRule;
 
 /// The sections of a traffic policy that shape a cluster.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -84,7 +84,7 @@ pub fn cluster_policy(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pilotfish_shared::api::{DestinationRuleSpec, SimpleLb, TlsMode};
+    use pilotfish_mesh::api::{DestinationRuleSpec, SimpleLb, TlsMode};
     use serde_json::json;
 
     fn rule(spec: serde_json::Value) -> EffectiveDestinationRule {

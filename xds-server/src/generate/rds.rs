@@ -12,10 +12,10 @@
 use std::collections::{BTreeMap, HashSet};
 
 use envoy_types::pb::envoy::config::route::v3::{Route, RouteConfiguration, VirtualHost};
-use pilotfish_shared::api::HttpRoute;
-use pilotfish_shared::mesh_config::OutboundTrafficPolicy;
-use pilotfish_shared::model::{Proxy, Service};
-use pilotfish_shared::push_context::{PushContext, VirtualServiceConfig};
+use pilotfish_mesh::api::HttpRoute;
+use pilotfish_mesh::mesh_config::OutboundTrafficPolicy;
+use pilotfish_mesh::model::{Proxy, Service};
+use pilotfish_mesh::push_context::{PushContext, VirtualServiceConfig};
 
 use super::findings::Finding;
 use super::names;

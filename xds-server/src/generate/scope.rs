@@ -11,11 +11,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use pilotfish_shared::api::{Labels, LoadBalancerSettings, TrafficPolicy};
-use pilotfish_shared::model::{
+use pilotfish_mesh::api::{Labels, LoadBalancerSettings, TrafficPolicy};
+use pilotfish_mesh::model::{
     Locality, Protocol, Proxy, ProxyGenerator, Service, TargetPort, labels_match,
 };
-use pilotfish_shared::push_context::PushContext;
+use pilotfish_mesh::push_context::PushContext;
 
 /// The two families of output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -333,8 +333,8 @@ impl ScopeIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pilotfish_shared::push_context::{BuildInputs, build};
-    use pilotfish_shared::source::{parse_text, to_inputs};
+    use pilotfish_mesh::document::{parse_text, to_inputs};
+    use pilotfish_mesh::push_context::{BuildInputs, build};
 
     const MESH: &str = "\
 apiVersion: v1

@@ -17,8 +17,8 @@ use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use pilotfish_shared::model::{Proxy, Resolution, TargetPort};
-use pilotfish_shared::push_context::{PushContext, diff};
+use pilotfish_mesh::model::{Proxy, Resolution, TargetPort};
+use pilotfish_mesh::push_context::{PushContext, diff};
 
 use crate::ads::{ChangeKind, Resource, XdsSnapshot, XdsType};
 
@@ -318,7 +318,7 @@ pub(crate) fn report(findings: &[Finding]) {
 /// so (builder warning); operators reading the xDS tier's log see it here, once per
 /// configuration change.
 fn warn_istio_mutual(push: &PushContext) {
-    use pilotfish_shared::api::{TlsMode, TrafficPolicy};
+    use pilotfish_mesh::api::{TlsMode, TrafficPolicy};
     let uses = |p: &TrafficPolicy| {
         p.tls.as_ref().and_then(|t| t.mode) == Some(TlsMode::IstioMutual)
             || p.port_level_settings

@@ -22,7 +22,7 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     subject_alt_name_matcher::SanType, tls_parameters::TlsProtocol,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher::MatchPattern};
-use pilotfish_shared::api::{ClientTlsSettings, TlsMode};
+use pilotfish_mesh::api::{ClientTlsSettings, TlsMode};
 
 use super::findings::{Downgrade, Finding};
 use super::names;

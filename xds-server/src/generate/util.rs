@@ -9,7 +9,7 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 };
 use envoy_types::pb::envoy::r#type::v3::{FractionalPercent, fractional_percent::DenominatorType};
 use envoy_types::pb::google::protobuf::{Any, BoolValue, Duration, UInt32Value};
-use pilotfish_shared::api::StringMatch;
+use pilotfish_mesh::api::StringMatch;
 
 /// Packs a message into the `Any` Envoy expects (type URL from the message's full name).
 pub fn any<M: prost::Message + prost::Name>(message: &M) -> Any {
@@ -43,7 +43,7 @@ pub fn duration(d: std::time::Duration) -> Option<Duration> {
     })
 }
 
-pub fn api_duration(d: &pilotfish_shared::api::Duration) -> Option<Duration> {
+pub fn api_duration(d: &pilotfish_mesh::api::Duration) -> Option<Duration> {
     duration(d.as_std())
 }
 

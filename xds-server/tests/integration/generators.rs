@@ -10,9 +10,9 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::config::route::v3::{
     RouteConfiguration, route::Action, route_action::ClusterSpecifier,
 };
-use pilotfish_shared::model::{Proxy, ProxyGenerator};
-use pilotfish_shared::push_context::{BuildInputs, PushContext, build};
-use pilotfish_shared::source::{parse_text, to_inputs};
+use pilotfish_mesh::document::{parse_text, to_inputs};
+use pilotfish_mesh::model::{Proxy, ProxyGenerator};
+use pilotfish_mesh::push_context::{BuildInputs, PushContext, build};
 use pilotfish_xds::ads::{
     CLUSTER_TYPE, ChangeKind, LISTENER_TYPE, ROUTE_TYPE, XdsSnapshot, XdsType,
 };

@@ -20,10 +20,10 @@ use envoy_types::pb::envoy::config::route::v3::{
 };
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
 use envoy_types::pb::google::protobuf::{Any, Duration};
-use pilotfish_shared::mesh_config::MeshConfig;
-use pilotfish_shared::model::{Proxy, ProxyGenerator};
-use pilotfish_shared::push_context::{BuildInputs, build};
-use pilotfish_shared::source::{MeshObject, parse_text, to_inputs};
+use pilotfish_mesh::document::{MeshObject, parse_text, to_inputs};
+use pilotfish_mesh::mesh_config::MeshConfig;
+use pilotfish_mesh::model::{Proxy, ProxyGenerator};
+use pilotfish_mesh::push_context::{BuildInputs, build};
 use pilotfish_xds::ads::{ChangeKind, XdsType};
 use pilotfish_xds::generate::{GeneratedSnapshot, check_view, resources_json, view_of};
 use prost::{Message, Name};

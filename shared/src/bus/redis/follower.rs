@@ -18,9 +18,10 @@ use futures::{FutureExt, StreamExt};
 
 use super::publisher::redis_op;
 use super::{RedisConfig, parse_latest, parse_run_id};
-use crate::bus::decision::{Decision, Observation, backoff_delay};
+use crate::bus::decision::{Decision, Observation};
 use crate::bus::follow::FollowCore;
 use crate::bus::{BusError, BusTask, DecodeError, Follower, Rejection, erase_decode, metrics};
+use crate::retry::{Backoff, Retry};
 
 /// Starts following Redis. The returned [`Follower`] serves nothing until the first good
 /// snapshot is read; the [`BusTask`] runs until aborted (or dropped).
@@ -51,17 +52,16 @@ impl<T: Send + Sync + 'static> FollowLoop<T> {
     async fn run(&mut self) {
         metrics::LAST_READ.follower_started();
         tracing::info!(redis = %self.config, "following snapshots from Redis");
-        let mut attempt: u32 = 0;
+        let mut retry = Retry::new(Backoff::new(
+            self.config.backoff_base,
+            self.config.backoff_max,
+        ));
         loop {
-            let error = self.session(&mut attempt).await;
+            let error = self.session(&mut retry).await;
             metrics::REDIS_CONNECTED.set(0);
             self.core.record_error(false, error.to_string());
-            let delay = backoff_delay(
-                attempt,
-                self.config.backoff_base,
-                self.config.backoff_max,
-                rand::random::<f64>(),
-            );
+            let attempt = retry.attempt();
+            let delay = retry.next_delay();
             // First failure loud, then one line every 10 attempts: an outage of minutes
             // must not flood the log.
             if attempt.is_multiple_of(10) {
@@ -69,14 +69,13 @@ impl<T: Send + Sync + 'static> FollowLoop<T> {
             } else {
                 tracing::debug!(error = %error, attempt, retry_in = ?delay, "Redis still unreachable");
             }
-            attempt = attempt.saturating_add(1);
             tokio::time::sleep(delay).await;
         }
     }
 
-    /// One session; returns why it ended. Resets `attempt` once it has read `latest`.
-    async fn session(&mut self, attempt: &mut u32) -> BusError {
-        match self.session_inner(attempt).await {
+    /// One session; returns why it ended. Resets `retry` once it has read `latest`.
+    async fn session(&mut self, retry: &mut Retry) -> BusError {
+        match self.session_inner(retry).await {
             Ok(never) => match never {},
             Err(e) => e,
         }
@@ -84,7 +83,7 @@ impl<T: Send + Sync + 'static> FollowLoop<T> {
 
     async fn session_inner(
         &mut self,
-        attempt: &mut u32,
+        retry: &mut Retry,
     ) -> Result<std::convert::Infallible, BusError> {
         let connect = self.config.connect_timeout;
         let mut pubsub = timed("subscribe", connect, self.client.get_async_pubsub()).await?;
@@ -110,7 +109,7 @@ impl<T: Send + Sync + 'static> FollowLoop<T> {
         let server = self.run_id(&mut conn).await;
         self.sync(&mut conn, server.as_deref()).await?;
         metrics::REDIS_CONNECTED.set(1);
-        *attempt = 0;
+        retry.reset();
 
         let mut messages = pubsub.into_on_message();
         let mut resync = tokio::time::interval(self.config.resync_interval);

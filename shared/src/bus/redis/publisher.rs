@@ -1,7 +1,8 @@
 //! The controller's side of the Redis bus: [`RedisPublisher`] implements
-//! [`SnapshotPublisher`] (take an epoch, publish fenced and versioned) and runs a
-//! watchdog ([`RedisPublisher::spawn_watchdog`]) that republishes the current snapshot
-//! by itself when Redis lost it (restarted empty, or failed over to a lagging replica).
+//! [`SnapshotPublisher`] (take an epoch, publish fenced and versioned, resign, read back
+//! what is published) and runs a watchdog ([`RedisPublisher::spawn_watchdog`]) that
+//! republishes the current snapshot by itself when Redis lost it (restarted empty, or
+//! failed over to a lagging replica).
 //!
 //! One publish: read `latest` and the epoch counter → fenced or unchanged? stop → allocate
 //! a version (re-seeding the counters above what this process handed out) → SET the blob
@@ -102,36 +103,9 @@ impl RedisPublisher {
         })
     }
 
-    /// Stops publishing (lost the Lease): the watchdog no longer republishes and
-    /// `publish` fails with [`BusError::NoEpoch`] until a new epoch is taken.
-    pub async fn resign(&self) {
-        self.inner.state.lock().await.epoch = None;
-    }
-
     /// The snapshot `latest` points at, as read from Redis.
     pub async fn latest(&self) -> Result<Option<SnapshotRef>, BusError> {
         self.inner.read_latest().await.map(|(latest, _)| latest)
-    }
-
-    /// The snapshot `latest` points at and its blob, if both are there and the blob is
-    /// within `max_blob_bytes`. A controller that (re)starts reads it to keep serving the
-    /// last accepted version of objects that are invalid when it starts.
-    pub async fn fetch_latest(&self) -> Result<Option<(SnapshotRef, bytes::Bytes)>, BusError> {
-        use ::redis::AsyncCommands;
-        let (latest, _) = self.inner.read_latest().await?;
-        let Some(latest) = latest else {
-            return Ok(None);
-        };
-        let key = self.inner.keys.snapshot(latest.version);
-        let mut conn = self.inner.conn();
-        let size: u64 = redis_op("fetch_blob", conn.strlen(&key)).await?;
-        if size == 0 || size > self.inner.config.max_blob_bytes {
-            return Ok(None);
-        }
-        let blob: Option<Vec<u8>> = redis_op("fetch_blob", conn.get(&key)).await?;
-        Ok(blob
-            .filter(|b| !b.is_empty())
-            .map(|b| (latest, bytes::Bytes::from(b))))
     }
 
     /// One watchdog round: if Redis no longer holds what we last published, re-seed the
@@ -204,6 +178,26 @@ impl Inner {
         )
         .await?;
         Ok((parse_latest(&fields)?, epoch_counter.unwrap_or(0)))
+    }
+
+    /// The snapshot `latest` points at and its blob, if both are there and the blob is
+    /// within `max_blob_bytes`.
+    async fn fetch_latest(&self) -> Result<Option<(SnapshotRef, bytes::Bytes)>, BusError> {
+        use ::redis::AsyncCommands;
+        let (latest, _) = self.read_latest().await?;
+        let Some(latest) = latest else {
+            return Ok(None);
+        };
+        let key = self.keys.snapshot(latest.version);
+        let mut conn = self.conn();
+        let size: u64 = redis_op("fetch_blob", conn.strlen(&key)).await?;
+        if size == 0 || size > self.config.max_blob_bytes {
+            return Ok(None);
+        }
+        let blob: Option<Vec<u8>> = redis_op("fetch_blob", conn.get(&key)).await?;
+        Ok(blob
+            .filter(|b| !b.is_empty())
+            .map(|b| (latest, bytes::Bytes::from(b))))
     }
 
     async fn take_epoch(&self) -> Result<u64, BusError> {
@@ -369,6 +363,19 @@ pub(super) async fn redis_op<T>(
 impl SnapshotPublisher for RedisPublisher {
     fn take_epoch(&self) -> BoxFuture<'_, Result<u64, BusError>> {
         self.inner.take_epoch().boxed()
+    }
+
+    fn fetch_latest(&self) -> BoxFuture<'_, Result<Option<(SnapshotRef, bytes::Bytes)>, BusError>> {
+        self.inner.fetch_latest().boxed()
+    }
+
+    /// Stops publishing (lost the Lease): the watchdog no longer republishes and
+    /// `publish` fails with [`BusError::NoEpoch`] until a new epoch is taken.
+    fn resign(&self) -> BoxFuture<'_, ()> {
+        async move {
+            self.inner.state.lock().await.epoch = None;
+        }
+        .boxed()
     }
 
     fn publish(

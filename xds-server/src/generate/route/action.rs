@@ -22,12 +22,12 @@ use envoy_types::pb::envoy::config::route::v3::{
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::RegexMatchAndSubstitute;
 use envoy_types::pb::google::protobuf::Any;
-use pilotfish_shared::api::{
+use pilotfish_mesh::api::{
     Destination, HeaderOperations, Headers, HttpDirectResponse, HttpRedirect, HttpRewrite,
     HttpRoute, HttpRouteDestination,
 };
-use pilotfish_shared::model::Proxy;
-use pilotfish_shared::push_context::PushContext;
+use pilotfish_mesh::model::Proxy;
+use pilotfish_mesh::push_context::PushContext;
 
 use crate::generate::findings::{Finding, RouteKind};
 use crate::generate::names;
@@ -345,7 +345,7 @@ pub fn header_operations(
 }
 
 pub fn redirect_action(r: &HttpRedirect, listener_port: u32) -> RedirectAction {
-    use pilotfish_shared::api::RedirectPortSelection;
+    use pilotfish_mesh::api::RedirectPortSelection;
     RedirectAction {
         host_redirect: r.authority.clone().unwrap_or_default(),
         port_redirect: match (r.port, r.derive_port) {

@@ -30,8 +30,8 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
     HttpFilter, http_filter::ConfigType,
 };
 use envoy_types::pb::google::protobuf::Any;
-use pilotfish_shared::api::{HttpMatchRequest, HttpRoute, StringMatch};
-use pilotfish_shared::model::labels_match;
+use pilotfish_mesh::api::{HttpMatchRequest, HttpRoute, StringMatch};
+use pilotfish_mesh::model::labels_match;
 
 pub use action::{RouteEnv, TranslatedAction, destination_cluster, normalized_weights};
 
@@ -400,9 +400,9 @@ mod tests {
     use crate::generate::findings::RouteKind;
     use crate::generate::plan::{OutboundPlan, outbound_plan};
     use envoy_types::pb::envoy::config::route::v3::route_action::hash_policy::PolicySpecifier;
-    use pilotfish_shared::model::Proxy;
-    use pilotfish_shared::push_context::{BuildInputs, PushContext, build};
-    use pilotfish_shared::source::{parse_text, to_inputs};
+    use pilotfish_mesh::document::{parse_text, to_inputs};
+    use pilotfish_mesh::model::Proxy;
+    use pilotfish_mesh::push_context::{BuildInputs, PushContext, build};
     use serde_json::json;
 
     fn m(v: serde_json::Value) -> HttpMatchRequest {

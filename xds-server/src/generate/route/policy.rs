@@ -23,7 +23,7 @@ use envoy_types::pb::envoy::extensions::filters::http::fault::v3::{
 };
 use envoy_types::pb::envoy::extensions::retry::host::previous_hosts::v3::PreviousHostsPredicate;
 use envoy_types::pb::envoy::extensions::retry::priority::previous_priorities::v3::PreviousPrioritiesConfig;
-use pilotfish_shared::api::{
+use pilotfish_mesh::api::{
     ConsistentHashLb, CorsPolicy as IstioCors, Destination, HttpFaultInjection, HttpRetry,
     HttpRoute, StringMatch, UnmatchedPreflights,
 };
@@ -50,7 +50,7 @@ const GRPC_RETRY_ON: [&str; 5] = [
 
 /// Timeouts: the route's `timeout`, else none (Envoy's "disabled" is a zero duration);
 /// gRPC deadlines are capped the same way.
-pub fn apply_timeouts(action: &mut RouteAction, timeout: Option<&pilotfish_shared::api::Duration>) {
+pub fn apply_timeouts(action: &mut RouteAction, timeout: Option<&pilotfish_mesh::api::Duration>) {
     let timeout = timeout.and_then(api_duration);
     action.timeout = timeout.or_else(zero_duration);
     action.max_stream_duration = Some(MaxStreamDuration {
@@ -64,7 +64,7 @@ pub fn apply_timeouts(action: &mut RouteAction, timeout: Option<&pilotfish_share
 /// timeout is sent.
 pub fn restrict_timeouts(
     action: &mut RouteAction,
-    timeout: Option<&pilotfish_shared::api::Duration>,
+    timeout: Option<&pilotfish_mesh::api::Duration>,
 ) {
     let timeout = timeout.and_then(api_duration);
     action.timeout = None;
@@ -337,7 +337,7 @@ pub fn fault_config(f: &HttpFaultInjection) -> Option<HttpFault> {
         } else {
             a.grpc_status
                 .as_deref()
-                .and_then(pilotfish_shared::api::grpc_status_code)
+                .and_then(pilotfish_mesh::api::grpc_status_code)
                 .map(ErrorType::GrpcStatus)
         };
         if let Some(error) = error {

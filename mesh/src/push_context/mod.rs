@@ -1,0 +1,452 @@
+//! The immutable snapshot of the mesh ([`PushContext`]) and the queries the xDS generators
+//! ask of it. Built by the pure [`build`] function (or decoded from a blob by the codec),
+//! shared as `Arc<PushContext>`, never mutated.
+//!
+//! Queries follow Istio's precedence rules: which service wins when a host is declared in
+//! several namespaces, which VirtualService routes a host, and which DestinationRule
+//! applies to a proxy (proxy namespace, then the service's namespace, then the root
+//! namespace; workload-selector rules before general ones; most specific host first;
+//! same-host rules merged oldest first).
+
+mod build;
+mod delegate;
+mod diff;
+pub mod hosts;
+mod service_entry;
+mod validate;
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+
+use std::sync::Arc;
+use xxhash_rust::xxh3::Xxh3Default;
+
+use crate::api::{DestinationRuleSpec, VirtualServiceSpec};
+use crate::config::{ConfigKey, ConfigKind};
+use crate::mesh_config::MeshConfig;
+use crate::model::{ExportTo, Proxy, Service, ServiceEndpoints, labels_match};
+
+pub use build::{BuildInputs, BuildOutput, build, build_endpoints_only};
+pub use diff::{ChangeSummary, diff};
+pub use validate::{validate_destination_rule, validate_service_entry, validate_virtual_service};
+
+/// Metadata kept for an accepted config object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigMeta {
+    pub name: String,
+    pub namespace: String,
+    /// Creation time (ms since the epoch): Istio's "oldest wins" tie-break.
+    pub creation_ms: i64,
+    pub generation: i64,
+}
+
+/// An accepted (validated, resolved) config: hosts are FQDNs, delegates are expanded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config<T> {
+    pub meta: ConfigMeta,
+    pub spec: T,
+}
+
+pub type VirtualServiceConfig = Config<VirtualServiceSpec>;
+pub type DestinationRuleConfig = Config<DestinationRuleSpec>;
+
+/// Everything a snapshot holds; [`PushContext`] adds indexes over it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MeshData {
+    pub mesh: MeshConfig,
+    pub cluster_domain: String,
+    /// Sorted by (hostname, namespace).
+    pub services: Vec<Arc<Service>>,
+    /// Sorted by (hostname, namespace).
+    pub endpoints: Vec<Arc<ServiceEndpoints>>,
+    /// Sorted by (namespace, name).
+    pub virtual_services: Vec<Arc<VirtualServiceConfig>>,
+    /// Sorted by (namespace, name).
+    pub destination_rules: Vec<Arc<DestinationRuleConfig>>,
+}
+
+/// A 64-bit content hash of one item.
+pub type ItemHash = u64;
+
+/// Content hashes of every item, so two snapshots can be compared cheaply and caches can
+/// be keyed by content. The hashes are process-local (XXH3 over the in-memory value, fed
+/// through `Hash`): they compare snapshots within one process and are never sent anywhere;
+/// what crosses processes is versioned by the blob's SHA-256.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ItemHashes {
+    pub services: HashMap<(String, String), ItemHash>,
+    pub endpoints: HashMap<(String, String), ItemHash>,
+    pub configs: HashMap<ConfigKey, ItemHash>,
+}
+
+/// The DestinationRule that applies to one (proxy, host): possibly several same-host
+/// rules merged (oldest first: its traffic policy wins, later subsets are appended).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EffectiveDestinationRule {
+    pub spec: DestinationRuleSpec,
+    /// The rules merged into `spec`, oldest first.
+    pub sources: Vec<ConfigMeta>,
+}
+
+/// The immutable mesh snapshot.
+#[derive(Debug, Default)]
+pub struct PushContext {
+    data: MeshData,
+    hashes: ItemHashes,
+    /// hostname → indexes into `data.services`, oldest first.
+    services_by_host: HashMap<String, Vec<usize>>,
+    endpoints_by_service: HashMap<(String, String), usize>,
+    /// Exact VirtualService host → indexes into `data.virtual_services`; wildcard hosts
+    /// are kept apart because they need a scan.
+    vs_by_host: HashMap<String, Vec<usize>>,
+    vs_wildcards: Vec<(String, usize)>,
+    dr_by_host: HashMap<String, Vec<usize>>,
+    dr_wildcards: Vec<(String, usize)>,
+}
+
+fn item_hash<T: Hash + ?Sized>(item: &T) -> ItemHash {
+    let mut hasher = Xxh3Default::new();
+    item.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Hashes a config spec through its JSON form (specs hold floats, so no `Hash`), streaming
+/// into the hasher without building the JSON text.
+fn spec_hash<T: serde::Serialize>(meta: &ConfigMeta, spec: &T) -> ItemHash {
+    struct HashWriter(Xxh3Default);
+    impl std::io::Write for HashWriter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.update(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut w = HashWriter(Xxh3Default::new());
+    (meta.creation_ms, meta.generation).hash(&mut w.0);
+    // Writing into a hasher cannot fail, and serializing plain structs cannot either.
+    let _ = serde_json::to_writer(&mut w, spec);
+    w.0.finish()
+}
+
+impl PushContext {
+    /// Indexes `data`. `data` must already be sorted as [`MeshData`] documents.
+    pub fn from_data(data: MeshData) -> PushContext {
+        let mut hashes = ItemHashes::default();
+        let mut services_by_host: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, s) in data.services.iter().enumerate() {
+            hashes
+                .services
+                .insert((s.hostname.clone(), s.namespace.clone()), item_hash(&**s));
+            services_by_host
+                .entry(s.hostname.clone())
+                .or_default()
+                .push(i);
+        }
+        for list in services_by_host.values_mut() {
+            list.sort_by_key(|&i| {
+                (
+                    data.services[i].creation_ms,
+                    data.services[i].namespace.clone(),
+                )
+            });
+        }
+        let mut endpoints_by_service = HashMap::new();
+        for (i, e) in data.endpoints.iter().enumerate() {
+            let key = (e.hostname.clone(), e.namespace.clone());
+            hashes.endpoints.insert(key.clone(), item_hash(&**e));
+            endpoints_by_service.insert(key, i);
+        }
+        let mut vs_by_host: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut vs_wildcards = Vec::new();
+        for (i, vs) in data.virtual_services.iter().enumerate() {
+            hashes.configs.insert(
+                ConfigKey::new(
+                    ConfigKind::VirtualService,
+                    &vs.meta.namespace,
+                    &vs.meta.name,
+                ),
+                spec_hash(&vs.meta, &vs.spec),
+            );
+            for host in &vs.spec.hosts {
+                if host.starts_with('*') {
+                    vs_wildcards.push((host.clone(), i));
+                } else {
+                    vs_by_host.entry(host.clone()).or_default().push(i);
+                }
+            }
+        }
+        let mut dr_by_host: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut dr_wildcards = Vec::new();
+        for (i, dr) in data.destination_rules.iter().enumerate() {
+            hashes.configs.insert(
+                ConfigKey::new(
+                    ConfigKind::DestinationRule,
+                    &dr.meta.namespace,
+                    &dr.meta.name,
+                ),
+                spec_hash(&dr.meta, &dr.spec),
+            );
+            if dr.spec.host.starts_with('*') {
+                dr_wildcards.push((dr.spec.host.clone(), i));
+            } else {
+                dr_by_host.entry(dr.spec.host.clone()).or_default().push(i);
+            }
+        }
+        PushContext {
+            data,
+            hashes,
+            services_by_host,
+            endpoints_by_service,
+            vs_by_host,
+            vs_wildcards,
+            dr_by_host,
+            dr_wildcards,
+        }
+    }
+
+    pub fn data(&self) -> &MeshData {
+        &self.data
+    }
+
+    pub fn mesh(&self) -> &MeshConfig {
+        &self.data.mesh
+    }
+
+    pub fn cluster_domain(&self) -> &str {
+        &self.data.cluster_domain
+    }
+
+    pub fn hashes(&self) -> &ItemHashes {
+        &self.hashes
+    }
+
+    /// Every service, sorted by (hostname, namespace).
+    pub fn services(&self) -> &[Arc<Service>] {
+        &self.data.services
+    }
+
+    /// The service a proxy in `namespace` reaches under `hostname`: the one in its own
+    /// namespace if visible, otherwise the oldest visible one (Istio's rule).
+    pub fn service_for(&self, hostname: &str, namespace: &str) -> Option<&Arc<Service>> {
+        let candidates = self.services_by_host.get(hostname)?;
+        let visible = || {
+            candidates
+                .iter()
+                .map(|&i| &self.data.services[i])
+                .filter(|s| self.service_visible(s, namespace))
+        };
+        visible()
+            .find(|s| s.namespace == namespace)
+            .or_else(|| visible().next())
+    }
+
+    /// Services visible to a proxy in `namespace`, one per hostname, sorted by hostname.
+    pub fn services_visible_to(&self, namespace: &str) -> Vec<&Arc<Service>> {
+        let mut out: Vec<&Arc<Service>> = Vec::new();
+        for s in &self.data.services {
+            if out.last().is_some_and(|last| last.hostname == s.hostname) {
+                continue;
+            }
+            if let Some(chosen) = self.service_for(&s.hostname, namespace) {
+                out.push(chosen);
+            }
+        }
+        out
+    }
+
+    fn service_visible(&self, s: &Service, namespace: &str) -> bool {
+        effective_export_to(&s.export_to, &self.data.mesh.default_service_export_to)
+            .is_visible_to(&s.namespace, namespace)
+    }
+
+    /// Endpoints of `service` (all ports).
+    pub fn endpoints(&self, service: &Service) -> Option<&Arc<ServiceEndpoints>> {
+        let i = *self
+            .endpoints_by_service
+            .get(&(service.hostname.clone(), service.namespace.clone()))?;
+        Some(&self.data.endpoints[i])
+    }
+
+    /// Every accepted VirtualService, sorted by (namespace, name).
+    pub fn virtual_services(&self) -> &[Arc<VirtualServiceConfig>] {
+        &self.data.virtual_services
+    }
+
+    /// Every accepted DestinationRule, sorted by (namespace, name).
+    pub fn destination_rules(&self) -> &[Arc<DestinationRuleConfig>] {
+        &self.data.destination_rules
+    }
+
+    /// Whether a VirtualService applies to sidecars and proxyless clients in `namespace`:
+    /// visible there, and bound to the `mesh` gateway (empty `gateways` means `mesh`).
+    pub fn virtual_service_applies(&self, vs: &VirtualServiceConfig, namespace: &str) -> bool {
+        let mesh_bound =
+            vs.spec.gateways.is_empty() || vs.spec.gateways.iter().any(|g| g == "mesh");
+        mesh_bound
+            && effective_export_to(
+                &ExportTo(vs.spec.export_to.clone()),
+                &self.data.mesh.default_virtual_service_export_to,
+            )
+            .is_visible_to(&vs.meta.namespace, namespace)
+    }
+
+    /// VirtualServices that apply to a proxy in `namespace`, oldest first.
+    pub fn virtual_services_for(&self, namespace: &str) -> Vec<&Arc<VirtualServiceConfig>> {
+        let mut out: Vec<_> = self
+            .data
+            .virtual_services
+            .iter()
+            .filter(|vs| self.virtual_service_applies(vs, namespace))
+            .collect();
+        out.sort_by(|a, b| config_age_order(&a.meta, &b.meta));
+        out
+    }
+
+    /// The VirtualService that routes `hostname` for a proxy in `namespace`: the most
+    /// specific matching host wins, then the oldest config (Istio's sidecar rule: one
+    /// VirtualService per host; later ones are ignored for that host).
+    pub fn virtual_service_for_host(
+        &self,
+        hostname: &str,
+        namespace: &str,
+    ) -> Option<&Arc<VirtualServiceConfig>> {
+        let exact = self
+            .vs_by_host
+            .get(hostname)
+            .into_iter()
+            .flatten()
+            .map(|&i| (hostname, i));
+        let wild = self
+            .vs_wildcards
+            .iter()
+            .filter(|(pattern, _)| hosts::host_matches(pattern, hostname))
+            .map(|(p, i)| (p.as_str(), *i));
+        exact
+            .chain(wild)
+            .map(|(pattern, i)| (pattern, &self.data.virtual_services[i]))
+            .filter(|(_, vs)| self.virtual_service_applies(vs, namespace))
+            .min_by(|(pa, a), (pb, b)| {
+                hosts::specificity(pb)
+                    .cmp(&hosts::specificity(pa))
+                    .then_with(|| config_age_order(&a.meta, &b.meta))
+            })
+            .map(|(_, vs)| vs)
+    }
+
+    /// The DestinationRule for traffic from `proxy` to `hostname` (a service in
+    /// `service_namespace`, when known). Istio's lookup order: the proxy's namespace, then
+    /// the service's namespace, then the root namespace; within one namespace, rules whose
+    /// `workloadSelector` matches the proxy come before rules without one, the most
+    /// specific host wins, and rules for the same host are merged oldest first.
+    pub fn destination_rule(
+        &self,
+        proxy: &Proxy,
+        hostname: &str,
+        service_namespace: Option<&str>,
+    ) -> Option<EffectiveDestinationRule> {
+        let candidates: Vec<(&str, &Arc<DestinationRuleConfig>)> = self
+            .dr_by_host
+            .get(hostname)
+            .into_iter()
+            .flatten()
+            .map(|&i| (hostname, &self.data.destination_rules[i]))
+            .chain(
+                self.dr_wildcards
+                    .iter()
+                    .filter(|(p, _)| hosts::host_matches(p, hostname))
+                    .map(|(p, i)| (p.as_str(), &self.data.destination_rules[*i])),
+            )
+            .filter(|(_, dr)| {
+                effective_export_to(
+                    &ExportTo(dr.spec.export_to.clone()),
+                    &self.data.mesh.default_destination_rule_export_to,
+                )
+                .is_visible_to(&dr.meta.namespace, &proxy.namespace)
+            })
+            .filter(|(_, dr)| match &dr.spec.workload_selector {
+                None => true,
+                // A selector rule applies only to matching workloads of its own namespace
+                // (or of any namespace when it lives in the root namespace).
+                Some(sel) => {
+                    (dr.meta.namespace == proxy.namespace
+                        || dr.meta.namespace == self.data.mesh.root_namespace)
+                        && labels_match(&sel.match_labels, &proxy.labels)
+                }
+            })
+            .collect();
+        if candidates.is_empty() {
+            return None;
+        }
+        let root = self.data.mesh.root_namespace.as_str();
+        let mut tiers = vec![proxy.namespace.as_str()];
+        tiers.extend(service_namespace);
+        tiers.push(root);
+        for tier in tiers {
+            let in_tier: Vec<_> = candidates
+                .iter()
+                .filter(|(_, dr)| dr.meta.namespace == tier)
+                .collect();
+            if in_tier.is_empty() {
+                continue;
+            }
+            let with_selector: Vec<_> = in_tier
+                .iter()
+                .filter(|(_, dr)| dr.spec.workload_selector.is_some())
+                .copied()
+                .collect();
+            let pool = if with_selector.is_empty() {
+                in_tier
+            } else {
+                with_selector
+            };
+            let best = pool.iter().map(|(p, _)| hosts::specificity(p)).max()?;
+            let mut chosen: Vec<&Arc<DestinationRuleConfig>> = pool
+                .iter()
+                .filter(|(p, _)| hosts::specificity(p) == best)
+                .map(|(_, dr)| *dr)
+                .collect();
+            chosen.sort_by(|a, b| config_age_order(&a.meta, &b.meta));
+            return Some(merge_destination_rules(&chosen));
+        }
+        None
+    }
+}
+
+/// Oldest first; ties broken by namespace then name so the order is total and stable.
+pub(crate) fn config_age_order(a: &ConfigMeta, b: &ConfigMeta) -> std::cmp::Ordering {
+    (a.creation_ms, &a.namespace, &a.name).cmp(&(b.creation_ms, &b.namespace, &b.name))
+}
+
+fn effective_export_to(own: &ExportTo, mesh_default: &[String]) -> ExportTo {
+    if own.0.is_empty() {
+        ExportTo(mesh_default.to_vec())
+    } else {
+        own.clone()
+    }
+}
+
+/// Merges same-host DestinationRules (oldest first), as Istio does: the oldest rule's
+/// traffic policy and settings win; subsets of later rules are added unless a subset of
+/// that name already exists.
+fn merge_destination_rules(rules: &[&Arc<DestinationRuleConfig>]) -> EffectiveDestinationRule {
+    let mut spec = rules[0].spec.clone();
+    for later in &rules[1..] {
+        if spec.traffic_policy.is_none() {
+            spec.traffic_policy = later.spec.traffic_policy.clone();
+        }
+        for subset in &later.spec.subsets {
+            if !spec.subsets.iter().any(|s| s.name == subset.name) {
+                spec.subsets.push(subset.clone());
+            }
+        }
+    }
+    EffectiveDestinationRule {
+        spec,
+        sources: rules.iter().map(|r| r.meta.clone()).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

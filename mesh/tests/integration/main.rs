@@ -1,0 +1,4 @@
+//! The integration tests of `pilotfish-mesh` (one test binary; each module is one area).
+
+mod api_corpus;
+mod semantic_corpus;

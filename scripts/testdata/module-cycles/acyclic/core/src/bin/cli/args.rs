@@ -1,0 +1,5 @@
+//! Arguments of the binary.
+
+pub fn first() -> &'static str {
+    "a"
+}

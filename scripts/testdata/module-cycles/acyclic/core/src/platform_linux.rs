@@ -1,0 +1,3 @@
+//! Loaded through `#[path]`.
+
+pub const NAME: &str = "linux";

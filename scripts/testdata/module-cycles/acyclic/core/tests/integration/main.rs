@@ -1,0 +1,4 @@
+//! The integration-test crate: `flows` uses `helpers`.
+
+mod flows;
+mod helpers;

@@ -1,0 +1,5 @@
+//! Uses `render`.
+
+pub fn describe() -> String {
+    crate::render::title("gen")
+}

@@ -1,0 +1,5 @@
+//! A leaf.
+
+pub fn title(s: &str) -> String {
+    format!("# {s}")
+}

@@ -1,0 +1,2 @@
+//! Half of a cycle.
+pub fn g() { crate::c::h() }

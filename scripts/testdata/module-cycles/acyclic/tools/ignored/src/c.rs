@@ -1,0 +1,2 @@
+//! Other half.
+pub fn h() { if false { crate::b::g() } }
