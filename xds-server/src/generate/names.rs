@@ -1,8 +1,8 @@
 //! Resource names, as Istio spells them (DESIGN.md "xDS conventions"): clusters
 //! `outbound|<port>|<subset>|<fqdn>` and `inbound|<port>||`, sidecar listeners
-//! `virtualOutbound`, `virtualInbound` and `0.0.0.0_<port>`, route configs named by port,
-//! proxyless listeners and route configs `<fqdn>:<port>`; and the virtual host domains
-//! Istio lists for a service.
+//! `virtualOutbound`, `virtualInbound`, `0.0.0.0_<port>` and `<ip>_<port>`, the catch-all
+//! route config of a port named by the port, a service's own route config and proxyless
+//! listeners `<fqdn>:<port>`; and the virtual host domains Istio lists for a service.
 
 use pilotfish_mesh::model::Service;
 
@@ -39,12 +39,19 @@ pub fn outbound_listener(port: u32) -> String {
     format!("0.0.0.0_{port}")
 }
 
-/// The name of a sidecar's route configuration for an outbound HTTP port.
+/// `<ip>_<port>`: a sidecar's outbound listener for one virtual IP of a service (Istio's
+/// name: the bind address as written, IPv6 without brackets).
+pub fn vip_listener(ip: &str, port: u32) -> String {
+    format!("{ip}_{port}")
+}
+
+/// The name of a sidecar's catch-all route configuration for an outbound HTTP port.
 pub fn sidecar_route(port: u32) -> String {
     port.to_string()
 }
 
-/// `<fqdn>:<port>`: a proxyless client's listener and route configuration.
+/// `<fqdn>:<port>`: a proxyless client's listener and route configuration, and a sidecar's
+/// route configuration for a service with listeners of its own.
 pub fn host_port(host: &str, port: u32) -> String {
     format!("{host}:{port}")
 }

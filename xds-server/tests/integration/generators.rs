@@ -192,8 +192,13 @@ fn route_config(snapshot: &GeneratedSnapshot, proxy: &Proxy, name: &str) -> Rout
 #[test]
 fn destinations_without_a_cluster_never_reach_the_output() {
     let snapshot = GeneratedSnapshot::new(Arc::new(push(SHOP)), 1, ChangeKind::Full);
-    // Sidecars keep the split and send the unknown share to BlackHoleCluster.
-    let rc = route_config(&snapshot, &sidecar("shop", &[]), "8080");
+    // Sidecars keep the split and send the unknown share to BlackHoleCluster (in cart's
+    // own route configuration: it has a virtual IP).
+    let rc = route_config(
+        &snapshot,
+        &sidecar("shop", &[]),
+        "cart.shop.svc.cluster.local:8080",
+    );
     let vh = rc
         .virtual_hosts
         .iter()

@@ -7,3 +7,4 @@ mod ads_sotw;
 mod generators;
 mod golden;
 mod harness;
+mod push_bytes;
