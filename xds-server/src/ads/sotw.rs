@@ -12,9 +12,17 @@
 //! - on a new snapshot only types whose content changed for this stream are sent, in
 //!   make-before-break order (CDS, EDS, LDS, RDS), and an endpoints-only change
 //!   recomputes EDS alone;
-//! - a response carrying a new or changed cluster is followed by the subscribed endpoints
-//!   (even unchanged), because Envoy only finishes warming a cluster on a fresh EDS;
-//! - `version_info` is a hash of the response's names and resource versions.
+//! - a response carrying a new or changed cluster is followed by the endpoints of those
+//!   clusters (even unchanged), because Envoy only finishes warming a cluster on a fresh
+//!   EDS;
+//! - LDS and CDS responses carry the whole state of the world; RDS and EDS responses carry
+//!   only what the client does not hold yet — resources new or changed against its last
+//!   ACK, newly subscribed names, and the endpoints of warming clusters — as the protocol
+//!   allows for these types (their deletion follows from their parents). One
+//!   VirtualService edit then sends one route configuration, not every one the client
+//!   subscribes to;
+//! - `version_info` is a hash of the names and resource versions of the whole subscribed
+//!   view (also when the response carries part of it).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -139,11 +147,24 @@ impl SotwStream {
         }
         let first_request = !state.record.requested;
         state.record.requested = true;
+        let before = state.record.subscription.clone();
         let changed =
             state
                 .record
                 .subscription
                 .apply_sotw(xds_type, first_request, &request.resource_names);
+        // Names the client asks for now and did not before: it wants them even if it
+        // held them once (A→B→A).
+        let subscription = &state.record.subscription;
+        let fresh: BTreeSet<String> = if subscription.wildcard && !before.wildcard {
+            self.compute(xds_type).versions.into_keys().collect()
+        } else {
+            subscription
+                .names
+                .difference(&before.names)
+                .cloned()
+                .collect()
+        };
         // A request with the latest nonce and an unchanged name set is an ACK or a NACK:
         // answering it would make the client answer again (the silent hot loop).
         if !first_request && !nonce.is_empty() && !changed {
@@ -156,7 +177,9 @@ impl SotwStream {
             return out;
         }
         let changed_clusters = self.changed_names(xds_type, &content);
-        out.responses.push(self.send(xds_type, content, now));
+        let resources = self.to_send(xds_type, &content, &fresh);
+        out.responses
+            .push(self.send(xds_type, content, resources, now));
         if xds_type == XdsType::Cluster {
             self.follow_with_endpoints(&changed_clusters, now, &mut out);
         }
@@ -192,10 +215,21 @@ impl SotwStream {
             if self.last_version(xds_type) == Some(content.version.as_str()) && !warms_cluster {
                 continue;
             }
+            let resources = if xds_type == XdsType::Endpoint {
+                self.to_send(xds_type, &content, &changed_clusters)
+            } else {
+                self.to_send(xds_type, &content, &BTreeSet::new())
+            };
             if xds_type == XdsType::Cluster {
                 changed_clusters = self.changed_names(xds_type, &content);
             }
-            out.responses.push(self.send(xds_type, content, now));
+            if resources.is_empty() && !xds_type.sends_state_of_the_world() {
+                // Only deletions or unchanged names: nothing the client needs (RDS and EDS
+                // deletions follow from their parents).
+                continue;
+            }
+            out.responses
+                .push(self.send(xds_type, content, resources, now));
         }
         out
     }
@@ -254,9 +288,32 @@ impl SotwStream {
             .keys()
             .any(|n| changed_clusters.contains(n))
         {
+            let resources = self.to_send(XdsType::Endpoint, &content, changed_clusters);
             out.responses
-                .push(self.send(XdsType::Endpoint, content, now));
+                .push(self.send(XdsType::Endpoint, content, resources, now));
         }
+    }
+
+    /// What a response of `content` carries: everything for LDS and CDS; for RDS and EDS
+    /// the resources the client does not hold at their current version (against its last
+    /// ACK, so anything sent but not acknowledged is sent again) and those named in
+    /// `also` (newly subscribed names, endpoints of warming clusters).
+    fn to_send(
+        &self,
+        xds_type: XdsType,
+        content: &Content,
+        also: &BTreeSet<String>,
+    ) -> Vec<Arc<Resource>> {
+        if xds_type.sends_state_of_the_world() {
+            return content.resources.clone();
+        }
+        let holds = &self.types[&xds_type].holds;
+        content
+            .resources
+            .iter()
+            .filter(|r| also.contains(&r.name) || holds.get(&r.name) != Some(&r.version))
+            .cloned()
+            .collect()
     }
 
     fn compute(&self, xds_type: XdsType) -> Content {
@@ -282,15 +339,19 @@ impl SotwStream {
         }
     }
 
-    fn send(&mut self, xds_type: XdsType, content: Content, now: SystemTime) -> DiscoveryResponse {
+    /// Sends `resources` (all or part of `content`) as the response for `content`: the
+    /// record says what the client holds once it ACKs, the whole of `content`.
+    fn send(
+        &mut self,
+        xds_type: XdsType,
+        content: Content,
+        resources: Vec<Arc<Resource>>,
+        now: SystemTime,
+    ) -> DiscoveryResponse {
         let nonce = self.nonces.next_nonce();
         let response = DiscoveryResponse {
             version_info: content.version.clone(),
-            resources: content
-                .resources
-                .iter()
-                .map(|r| to_envoy_any(&r.body))
-                .collect(),
+            resources: resources.iter().map(|r| to_envoy_any(&r.body)).collect(),
             type_url: xds_type.type_url().to_string(),
             nonce: nonce.clone(),
             control_plane: Some(self.control_plane.clone()),
@@ -718,9 +779,113 @@ mod tests {
                 assert!(seen.insert(r.nonce));
             }
         }
-        for r in s.on_snapshot(MapSnapshot::new(5).shared(), T0).responses {
+        let next = MapSnapshot::sample(1)
+            .with(CLUSTER_TYPE, "c1", b"c1'")
+            .with(ENDPOINT_TYPE, "c1", b"e1'")
+            .with(LISTENER_TYPE, "l1", b"l1'")
+            .with(ROUTE_TYPE, "r1", b"r1'")
+            .next(5);
+        for r in s.on_snapshot(next.shared(), T0).responses {
             assert!(seen.insert(r.nonce));
         }
         assert_eq!(seen.len(), 8);
+    }
+
+    /// Sends the first response of `type_url` for `names` and ACKs it.
+    fn subscribed(s: &mut SotwStream, type_url: &str, names: &[&str]) -> DiscoveryResponse {
+        let r = s
+            .on_request(&req(type_url, names, ""), T0)
+            .responses
+            .remove(0);
+        let mut ack = req(type_url, names, &r.nonce);
+        ack.version_info = r.version_info.clone();
+        assert!(s.on_request(&ack, T0).responses.is_empty());
+        r
+    }
+
+    #[test]
+    fn route_and_endpoint_pushes_carry_only_what_changed() {
+        let mut s = stream(MapSnapshot::sample(1));
+        subscribed(&mut s, ROUTE_TYPE, &["r1", "r2"]);
+        subscribed(&mut s, LISTENER_TYPE, &[]);
+        let next =
+            MapSnapshot::sample(1)
+                .with(ROUTE_TYPE, "r1", b"r1'")
+                .with(LISTENER_TYPE, "l2", b"l2");
+        let out = s.on_snapshot(next.next(2).shared(), T0);
+        assert_eq!(types(&out), [LISTENER_TYPE, ROUTE_TYPE]);
+        assert_eq!(
+            names(&out.responses[0]),
+            ["l1", "l2"],
+            "LDS: the whole state"
+        );
+        assert_eq!(
+            names(&out.responses[1]),
+            ["r1'"],
+            "RDS: the changed one only"
+        );
+        // The version is that of the whole view, as a fresh stream computes it.
+        let fresh = stream(next)
+            .on_request(&req(ROUTE_TYPE, &["r1", "r2"], ""), T0)
+            .responses
+            .remove(0);
+        assert_eq!(names(&fresh), ["r1'", "r2"]);
+        assert_eq!(out.responses[1].version_info, fresh.version_info);
+    }
+
+    #[test]
+    fn a_new_name_is_answered_with_itself_and_nothing_held() {
+        let mut s = stream(MapSnapshot::sample(1));
+        let r = subscribed(&mut s, ROUTE_TYPE, &["r1"]);
+        let out = s.on_request(&req(ROUTE_TYPE, &["r1", "r2"], &r.nonce), T0);
+        assert_eq!(names(&out.responses[0]), ["r2"]);
+    }
+
+    #[test]
+    fn what_was_sent_but_not_acknowledged_is_sent_again() {
+        let mut s = stream(MapSnapshot::sample(1));
+        s.on_request(&req(ROUTE_TYPE, &["r1", "r2"], ""), T0);
+        let out = s.on_snapshot(
+            MapSnapshot::sample(1)
+                .with(ROUTE_TYPE, "r1", b"r1'")
+                .next(2)
+                .shared(),
+            T0,
+        );
+        assert_eq!(names(&out.responses[0]), ["r1'", "r2"]);
+    }
+
+    #[test]
+    fn a_warming_cluster_gets_its_own_endpoints_not_the_others() {
+        let mut s = stream(MapSnapshot::sample(1));
+        subscribed(&mut s, CLUSTER_TYPE, &[]);
+        subscribed(&mut s, ENDPOINT_TYPE, &["c1", "c2"]);
+        let out = s.on_snapshot(
+            MapSnapshot::sample(1)
+                .with(CLUSTER_TYPE, "c1", b"c1'")
+                .next(2)
+                .shared(),
+            T0,
+        );
+        assert_eq!(types(&out), [CLUSTER_TYPE, ENDPOINT_TYPE]);
+        assert_eq!(
+            names(&out.responses[1]),
+            ["e1"],
+            "unchanged, but c1 is warming"
+        );
+    }
+
+    #[test]
+    fn deleting_a_route_sends_no_route_response() {
+        let mut s = stream(MapSnapshot::sample(1));
+        subscribed(&mut s, ROUTE_TYPE, &["r1", "r2"]);
+        let out = s.on_snapshot(
+            MapSnapshot::sample(1)
+                .without(ROUTE_TYPE, "r2")
+                .next(2)
+                .shared(),
+            T0,
+        );
+        assert!(out.responses.is_empty(), "the listener that named it goes");
     }
 }
