@@ -15,27 +15,41 @@
 //!   warming endpoints.
 //!
 //! Each response is encoded as the engine frames it (version, nonce, control plane), so
-//! the figures are bytes of `DiscoveryResponse`/`DeltaDiscoveryResponse` messages. The
-//! test bounds them (never time); run it with `--nocapture` to print the table:
+//! the figures are bytes of `DiscoveryResponse`/`DeltaDiscoveryResponse` messages. A
+//! second test drives the real `SotwStream` and `DeltaStream` with an in-process Envoy
+//! (wildcard CDS/LDS, EDS and RDS names followed from what it holds, every response
+//! ACKed) through the VirtualService edit and a Service added and removed, checks that the
+//! Envoy ends up holding exactly the new view, and bounds what the machines sent. The
+//! tests bound bytes (never time); run them with `--nocapture` to print the tables:
 //!
 //! ```sh
 //! cargo test -p pilotfish-xds --test integration push_bytes -- --nocapture
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::SystemTime;
 
+use envoy_types::pb::envoy::config::cluster::v3::{
+    Cluster, cluster::ClusterDiscoveryType, cluster::DiscoveryType,
+};
 use envoy_types::pb::envoy::config::core::v3::ControlPlane;
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_types::pb::envoy::config::listener::v3::{Listener, filter};
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, http_connection_manager::RouteSpecifier,
+};
 use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryResponse, DiscoveryResponse, Resource as WireResource,
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+    Resource as WireResource,
 };
 use envoy_types::pb::google::protobuf::Any;
 use pilotfish_mesh::api::{DestinationRule, Subset, VirtualService};
 use pilotfish_mesh::model::Proxy;
 use pilotfish_mesh::push_context::{BuildInputs, PushContext, build};
 use pilotfish_mesh::synthetic::{MeshShape, mesh};
-use pilotfish_xds::ads::{ChangeKind, Resource, XdsType};
+use pilotfish_xds::ads::{ChangeKind, DeltaStream, Resource, SotwStream, XdsType};
 use pilotfish_xds::generate::{GeneratedSnapshot, ResourceMap};
 use prost::Message;
 
@@ -457,4 +471,323 @@ fn push_bytes_sees_the_edited_route() {
             "{kind:?} is untouched by a VirtualService edit"
         );
     }
+}
+
+/// The resource names an Envoy subscribes to after receiving `resource`: EDS names from an
+/// EDS cluster, RDS names from a listener's HTTP connection managers.
+fn names_to_follow(type_url: &str, value: &[u8]) -> (XdsType, Vec<String>) {
+    if type_url.ends_with("Cluster") {
+        let c = Cluster::decode(value).expect("cluster");
+        let eds =
+            c.cluster_discovery_type == Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32));
+        let name = c
+            .eds_cluster_config
+            .map(|e| e.service_name)
+            .filter(|s| !s.is_empty())
+            .unwrap_or(c.name);
+        (XdsType::Endpoint, if eds { vec![name] } else { Vec::new() })
+    } else if type_url.ends_with("Listener") {
+        let l = Listener::decode(value).expect("listener");
+        let mut rds = Vec::new();
+        for chain in l.filter_chains.iter().chain(l.default_filter_chain.iter()) {
+            for f in &chain.filters {
+                if let Some(filter::ConfigType::TypedConfig(a)) = &f.config_type
+                    && a.type_url.ends_with("HttpConnectionManager")
+                    && let Ok(h) = HttpConnectionManager::decode(a.value.as_slice())
+                    && let Some(RouteSpecifier::Rds(r)) = h.route_specifier
+                {
+                    rds.push(r.route_config_name);
+                }
+            }
+        }
+        (XdsType::Route, rds)
+    } else {
+        (XdsType::Route, Vec::new())
+    }
+}
+
+fn xds_type(type_url: &str) -> XdsType {
+    XdsType::from_type_url(type_url).expect("a served type")
+}
+
+/// An Envoy as the ADS engine sees it, for one SotW stream: wildcard CDS and LDS, EDS and
+/// RDS names followed from what it holds, every response ACKed. Returns the bytes of the
+/// responses received until the stream is quiet.
+struct SotwEnvoy {
+    stream: SotwStream,
+    /// Per type: name → resource bytes held (RDS and EDS are merged, LDS and CDS replaced).
+    held: BTreeMap<XdsType, BTreeMap<String, (String, Vec<u8>)>>,
+    names: BTreeMap<XdsType, Vec<String>>,
+    nonces: BTreeMap<XdsType, (String, String)>,
+}
+
+impl SotwEnvoy {
+    fn connect(proxy: &Proxy, snapshot: Arc<GeneratedSnapshot>) -> (SotwEnvoy, usize) {
+        let mut envoy = SotwEnvoy {
+            stream: SotwStream::new(Arc::new(proxy.clone()), "pilotfish-xds-0", snapshot),
+            held: BTreeMap::new(),
+            names: BTreeMap::new(),
+            nonces: BTreeMap::new(),
+        };
+        let mut bytes = 0;
+        for kind in [XdsType::Cluster, XdsType::Listener] {
+            let out = envoy.stream.on_request(&envoy.request(kind), T0);
+            bytes += envoy.receive(out.responses);
+        }
+        (envoy, bytes)
+    }
+
+    fn request(&self, kind: XdsType) -> DiscoveryRequest {
+        let (version_info, response_nonce) = self.nonces.get(&kind).cloned().unwrap_or_default();
+        DiscoveryRequest {
+            version_info,
+            response_nonce,
+            type_url: kind.type_url().to_string(),
+            resource_names: self.names.get(&kind).cloned().unwrap_or_default(),
+            ..Default::default()
+        }
+    }
+
+    fn push(&mut self, snapshot: Arc<GeneratedSnapshot>) -> usize {
+        let out = self.stream.on_snapshot(snapshot, T0);
+        self.receive(out.responses)
+    }
+
+    /// Takes responses (and the responses to its own follow-up requests) until quiet.
+    fn receive(&mut self, mut queue: Vec<DiscoveryResponse>) -> usize {
+        let mut bytes = 0;
+        while !queue.is_empty() {
+            let r = queue.remove(0);
+            bytes += r.encoded_len();
+            let kind = xds_type(&r.type_url);
+            let held = self.held.entry(kind).or_default();
+            if matches!(kind, XdsType::Cluster | XdsType::Listener) {
+                held.clear();
+            }
+            for a in &r.resources {
+                let name = resource_name(kind, &a.value);
+                held.insert(name, (a.type_url.clone(), a.value.clone()));
+            }
+            self.nonces
+                .insert(kind, (r.version_info.clone(), r.nonce.clone()));
+            queue.extend(self.stream.on_request(&self.request(kind), T0).responses);
+            // Names to follow from what is held of the parent types.
+            for (parent, child) in [
+                (XdsType::Cluster, XdsType::Endpoint),
+                (XdsType::Listener, XdsType::Route),
+            ] {
+                let mut wanted: Vec<String> = self
+                    .held
+                    .get(&parent)
+                    .into_iter()
+                    .flat_map(|m| m.values())
+                    .flat_map(|(t, v)| names_to_follow(t, v).1)
+                    .collect();
+                wanted.sort();
+                wanted.dedup();
+                if self.names.get(&child) != Some(&wanted) {
+                    // What no parent names any more is dropped, as Envoy does.
+                    if let Some(child_held) = self.held.get_mut(&child) {
+                        child_held.retain(|n, _| wanted.binary_search(n).is_ok());
+                    }
+                    self.names.insert(child, wanted);
+                    queue.extend(self.stream.on_request(&self.request(child), T0).responses);
+                }
+            }
+        }
+        bytes
+    }
+}
+
+/// The same Envoy on a delta stream.
+struct DeltaEnvoy {
+    stream: DeltaStream,
+    held: BTreeMap<XdsType, BTreeMap<String, (String, Vec<u8>)>>,
+    names: BTreeMap<XdsType, BTreeSet<String>>,
+}
+
+impl DeltaEnvoy {
+    fn connect(proxy: &Proxy, snapshot: Arc<GeneratedSnapshot>) -> (DeltaEnvoy, usize) {
+        let mut envoy = DeltaEnvoy {
+            stream: DeltaStream::new(Arc::new(proxy.clone()), "pilotfish-xds-0", snapshot),
+            held: BTreeMap::new(),
+            names: BTreeMap::new(),
+        };
+        let mut bytes = 0;
+        for kind in [XdsType::Cluster, XdsType::Listener] {
+            let first = DeltaDiscoveryRequest {
+                type_url: kind.type_url().to_string(),
+                ..Default::default()
+            };
+            let out = envoy.stream.on_request(&first, T0);
+            bytes += envoy.receive(out.responses);
+        }
+        (envoy, bytes)
+    }
+
+    fn push(&mut self, snapshot: Arc<GeneratedSnapshot>) -> usize {
+        let out = self.stream.on_snapshot(snapshot, T0);
+        self.receive(out.responses)
+    }
+
+    fn receive(&mut self, mut queue: Vec<DeltaDiscoveryResponse>) -> usize {
+        let mut bytes = 0;
+        while !queue.is_empty() {
+            let r = queue.remove(0);
+            bytes += r.encoded_len();
+            let kind = xds_type(&r.type_url);
+            let held = self.held.entry(kind).or_default();
+            for gone in &r.removed_resources {
+                held.remove(gone);
+            }
+            for res in &r.resources {
+                let a = res.resource.as_ref().expect("a resource body");
+                held.insert(res.name.clone(), (a.type_url.clone(), a.value.clone()));
+            }
+            let ack = DeltaDiscoveryRequest {
+                type_url: r.type_url.clone(),
+                response_nonce: r.nonce.clone(),
+                ..Default::default()
+            };
+            queue.extend(self.stream.on_request(&ack, T0).responses);
+            for (parent, child) in [
+                (XdsType::Cluster, XdsType::Endpoint),
+                (XdsType::Listener, XdsType::Route),
+            ] {
+                let wanted: BTreeSet<String> = self
+                    .held
+                    .get(&parent)
+                    .into_iter()
+                    .flat_map(|m| m.values())
+                    .flat_map(|(t, v)| names_to_follow(t, v).1)
+                    .collect();
+                let have = self.names.get(&child).cloned().unwrap_or_default();
+                if wanted != have {
+                    let request = DeltaDiscoveryRequest {
+                        type_url: child.type_url().to_string(),
+                        resource_names_subscribe: wanted.difference(&have).cloned().collect(),
+                        resource_names_unsubscribe: have.difference(&wanted).cloned().collect(),
+                        ..Default::default()
+                    };
+                    if let Some(child_held) = self.held.get_mut(&child) {
+                        child_held.retain(|n, _| wanted.contains(n));
+                    }
+                    self.names.insert(child, wanted);
+                    queue.extend(self.stream.on_request(&request, T0).responses);
+                }
+            }
+        }
+        bytes
+    }
+}
+
+fn resource_name(kind: XdsType, value: &[u8]) -> String {
+    match kind {
+        XdsType::Cluster => Cluster::decode(value).expect("cluster").name,
+        XdsType::Listener => Listener::decode(value).expect("listener").name,
+        XdsType::Route => RouteConfiguration::decode(value).expect("route").name,
+        XdsType::Endpoint => {
+            ClusterLoadAssignment::decode(value)
+                .expect("assignment")
+                .cluster_name
+        }
+    }
+}
+
+const T0: SystemTime = SystemTime::UNIX_EPOCH;
+
+/// The real state machines, driven by an in-process Envoy through the VirtualService edit
+/// and a Service added then removed: what they send stays within the issue's budget, and
+/// both Envoys end up holding exactly the new snapshot's view.
+#[test]
+fn push_bytes_through_the_ads_state_machines() {
+    let base_inputs = mesh(shape(1_000));
+    let proxy = sidecar_of(&base_inputs, 20);
+    let mut added = with_edited_split(mesh(shape(1_001)));
+    added
+        .virtual_services
+        .retain(|v| !is!(v.metadata, "svc-1000", "ns-0"));
+    added
+        .destination_rules
+        .retain(|d| !is!(d.metadata, "svc-1000", "ns-0"));
+    let steps: Vec<(&str, Arc<GeneratedSnapshot>)> = [
+        (
+            "(a) one VirtualService edited",
+            with_edited_split(base_inputs.clone()),
+        ),
+        ("(c) one Service added", added),
+        (
+            "(d) that Service removed",
+            with_edited_split(base_inputs.clone()),
+        ),
+    ]
+    .into_iter()
+    .zip(2..)
+    .map(|((name, inputs), version)| {
+        (
+            name,
+            Arc::new(GeneratedSnapshot::new(
+                built(&inputs),
+                version,
+                ChangeKind::Full,
+            )),
+        )
+    })
+    .collect();
+    let base = Arc::new(GeneratedSnapshot::new(
+        built(&base_inputs),
+        1,
+        ChangeKind::Full,
+    ));
+    let (mut sotw, sotw_initial) = SotwEnvoy::connect(&proxy, base.clone());
+    let (mut delta, delta_initial) = DeltaEnvoy::connect(&proxy, base);
+    println!(
+        "\nthrough the state machines: initial configuration SotW {} KB, delta {} KB",
+        kb(sotw_initial),
+        kb(delta_initial)
+    );
+    println!("| change | SotW KB | delta KB |");
+    println!("| --- | --- | --- |");
+    for (name, snapshot) in steps {
+        let s = sotw.push(snapshot.clone());
+        let d = delta.push(snapshot.clone());
+        println!("| {name} | {} | {} |", kb(s), kb(d));
+        // Both Envoys hold the new view, exactly.
+        for kind in XdsType::ALL {
+            let expected: BTreeMap<String, Vec<u8>> = snapshot
+                .all(&proxy, kind)
+                .into_iter()
+                .map(|(n, r)| (n, r.body.value.clone()))
+                .collect();
+            for (mode, held) in [("sotw", &sotw.held), ("delta", &delta.held)] {
+                let got: BTreeMap<String, Vec<u8>> = held
+                    .get(&kind)
+                    .into_iter()
+                    .flatten()
+                    .map(|(n, (_, v))| (n.clone(), v.clone()))
+                    .collect();
+                assert!(
+                    got == expected,
+                    "{name}: the {mode} Envoy's {kind:?} differs from the snapshot ({} held, {} expected)",
+                    got.len(),
+                    expected.len()
+                );
+            }
+        }
+        if name.starts_with("(a)") {
+            assert!(s <= 2_500 && d <= 2_500, "{name}: SotW {s} B, delta {d} B");
+        } else {
+            assert!(d <= 5_000, "{name}: delta {d} B");
+        }
+    }
+}
+
+/// `inputs` with svc-0's 80/20 split turned into 70/30.
+fn with_edited_split(mut inputs: BuildInputs) -> BuildInputs {
+    edit_vs(&mut inputs, "svc-0", |vs| {
+        let split = &mut vs.spec.http[1].route;
+        split[0].weight = Some(70);
+        split[1].weight = Some(30);
+    });
+    inputs
 }
