@@ -140,6 +140,12 @@ mod tests {
         );
         assert_eq!(parse_outbound_cluster("inbound|80||"), None);
         assert_eq!(inbound_cluster(8080), "inbound|8080||");
+        assert_eq!(vip_listener("10.96.0.1", 80), "10.96.0.1_80");
+        assert_eq!(
+            vip_listener("fd00::1", 80),
+            "fd00::1_80",
+            "as Istio: no brackets"
+        );
         assert_eq!(
             parse_host_port("a.b.svc.cluster.local:50051"),
             Some(("a.b.svc.cluster.local", 50051))
