@@ -1,19 +1,23 @@
 //! The snapshot bus against real `redis-server` processes (each test starts its own):
 //! convergence of several followers, fencing, healing after a lost connection or
-//! notification, Redis restarted empty, corrupt and oversized blobs, retention, AUTH and
-//! database selection.
+//! notification, Redis restarted empty (a deposed writer's snapshot is never served), a
+//! corrupt, oversized, swapped or unreadable `latest` and the fallback to a retained
+//! blob, retention and Redis memory under churn, AUTH and database selection.
 //!
-//! Blobs use a toy codec (magic + UTF-8 payload); the decode function is a parameter of
-//! the follower, so the real codec can be swapped in without changing the bus.
+//! Blobs use a toy codec (magic + UTF-8 payload, content hash `hash-{payload}`); the
+//! decode function is a parameter of the follower, so the real codec can be swapped in
+//! without changing the bus.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use pilotfish_shared::bus::redis::{RedisConfig, RedisPublisher, follow};
 use pilotfish_shared::bus::{
-    BusTask, EncodedSnapshot, Followed, Follower, PublishOutcome, Rejection, SnapshotPublisher,
-    SnapshotRef, metrics,
+    BusTask, Claim, EncodedSnapshot, EpochGrant, Followed, Follower, PublishOutcome, Rejection,
+    SnapshotPublisher, SnapshotRef, Verified, metrics,
 };
 use pilotfish_testkit::redis::{RedisOptions, RedisServer, TcpLink};
 use redis::AsyncCommands;
@@ -31,14 +35,18 @@ fn encode(payload: &str) -> EncodedSnapshot {
     }
 }
 
-fn decode(bytes: &[u8]) -> Result<String, Rejection> {
+fn decode(bytes: &[u8]) -> Result<Verified<String>, Rejection> {
     let payload = bytes.strip_prefix(MAGIC).ok_or_else(|| Rejection {
         reason: "corrupt",
         detail: "bad magic".into(),
     })?;
-    String::from_utf8(payload.to_vec()).map_err(|e| Rejection {
+    let payload = String::from_utf8(payload.to_vec()).map_err(|e| Rejection {
         reason: "corrupt",
         detail: e.to_string(),
+    })?;
+    Ok(Verified {
+        hash: format!("hash-{payload}"),
+        value: payload,
     })
 }
 
@@ -51,10 +59,22 @@ fn config(url: &str) -> RedisConfig {
         .with_timeouts(Duration::from_secs(2), Duration::from_secs(10))
 }
 
+/// Each leader of these tests acquires after the one before: a higher epoch floor, as
+/// the Lease gives a later acquisition.
+fn next_floor() -> u64 {
+    static FLOOR: AtomicU64 = AtomicU64::new(1_000);
+    FLOOR.fetch_add(1, Ordering::Relaxed)
+}
+
 async fn leader(config: RedisConfig) -> RedisPublisher {
     let publisher = RedisPublisher::new(config).unwrap();
-    publisher.take_epoch().await.unwrap();
+    let grant = publisher.take_epoch(next_floor()).await.unwrap();
+    assert!(matches!(grant, EpochGrant::Taken(_)), "{grant:?}");
     publisher
+}
+
+fn always() -> Claim {
+    Arc::new(|| true)
 }
 
 async fn publish(publisher: &RedisPublisher, payload: &str) -> SnapshotRef {
@@ -252,7 +272,7 @@ async fn redis_restarted_empty_publisher_republishes_and_followers_keep_serving(
     let mut redis = RedisServer::start().unwrap();
     let cfg = config(&redis.url());
     let publisher = leader(cfg.clone()).await;
-    let _watchdog = publisher.spawn_watchdog();
+    let _watchdog = publisher.spawn_watchdog(always());
     let followers = followers(&cfg, 3);
     publish(&publisher, "a").await;
     let held = publish(&publisher, "b").await;

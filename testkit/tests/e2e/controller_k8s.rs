@@ -21,10 +21,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use pilotfish_mesh::codec::{self, DecodeLimits};
+use pilotfish_mesh::codec;
 use pilotfish_mesh::push_context::PushContext;
-use pilotfish_shared::bus::Follower;
 use pilotfish_shared::bus::redis::{RedisConfig, RedisPublisher, follow};
+use pilotfish_shared::bus::{Follower, Verified};
 use pilotfish_testkit::grpc::{GrpcBackends, RpcTally, XdsClient, bootstrap};
 use pilotfish_testkit::process::{ChildProcess, XdsServer, binary, free_port, http_get};
 use pilotfish_testkit::redis::RedisServer;
@@ -61,8 +61,8 @@ async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-fn decode(blob: &[u8]) -> Result<PushContext, codec::DecodeError> {
-    codec::decode(blob, &DecodeLimits::default())
+pub(crate) fn decode(blob: &[u8]) -> Result<Verified<PushContext>, codec::DecodeError> {
+    pilotfish_testkit::keys::decoder()(blob)
 }
 
 /// Weights of the reviews VirtualService's first route in a snapshot (`None`: no route).
@@ -266,6 +266,11 @@ impl Controller {
             name,
             "--lease-namespace",
             "default",
+            "--signing-key-file",
+            &pilotfish_testkit::keys::files()
+                .signing
+                .display()
+                .to_string(),
         ]
         .iter()
         .map(|s| s.to_string())
