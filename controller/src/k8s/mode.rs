@@ -66,6 +66,8 @@ struct State {
     last_published: Option<serde_json::Value>,
     /// The operation in flight.
     flight: Option<BoxFuture<'static, Landed>>,
+    /// What `/debug/leader` last showed of the flight.
+    shown_flight: Option<&'static str>,
 }
 
 /// What a flight brings back.
@@ -93,6 +95,7 @@ impl ModeLoop {
             report: None,
             last_published: None,
             flight: None,
+            shown_flight: None,
         };
         let mut conductor = Conductor::new(
             self.identity.clone(),
@@ -157,6 +160,10 @@ impl ModeLoop {
         };
         for action in actions {
             self.perform(s, conductor, action).await;
+        }
+        // A flight starting or landing is worth showing (is a publish hanging?).
+        if conductor.view(Instant::now()).in_flight.map(|f| f.name()) != s.shown_flight {
+            self.show_leader(s, conductor);
         }
     }
 
@@ -338,8 +345,9 @@ impl ModeLoop {
         }
     }
 
-    fn show_leader(&self, s: &State, conductor: &Conductor) {
+    fn show_leader(&self, s: &mut State, conductor: &Conductor) {
         let view = conductor.view(Instant::now());
+        s.shown_flight = view.in_flight.map(|f| f.name());
         metrics::LEADER.set(i64::from(view.term.is_some()));
         let lease = conductor.lease();
         let unsynced = s.stores.unsynced();

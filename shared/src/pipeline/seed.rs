@@ -19,7 +19,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 
-use crate::bus::SnapshotPublisher;
+use crate::bus::{BusError, SnapshotPublisher};
 use crate::retry::{Backoff, Retry};
 use pilotfish_mesh::codec::{self, DecodeLimits, VerifyKeys};
 use pilotfish_mesh::push_context::PushContext;
@@ -84,6 +84,12 @@ async fn attempt(
 ) -> Result<Option<PushContext>, String> {
     let fetched = match tokio::time::timeout(ATTEMPT_TIMEOUT, publisher.fetch_latest()).await {
         Ok(Ok(fetched)) => fetched,
+        // An answer, not a failure: nothing usable is published (the next publish
+        // overwrites it).
+        Ok(Err(e @ BusError::MalformedLatest(_))) => {
+            tracing::warn!(error = %e, "the published snapshot cannot be read back; objects invalid now get no last-good fallback");
+            return Ok(None);
+        }
         Ok(Err(e)) => return Err(e.to_string()),
         Err(_) => return Err(format!("no answer within {ATTEMPT_TIMEOUT:?}")),
     };

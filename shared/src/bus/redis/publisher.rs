@@ -231,7 +231,10 @@ impl Inner {
                 .query_async(&mut self.conn()),
         )
         .await?;
-        let latest = parse_latest(&fields).map_err(|e| e.to_string());
+        let latest = parse_latest(&fields).map_err(|e| match e {
+            BusError::MalformedLatest(why) => why,
+            other => other.to_string(),
+        });
         Ok((latest, epoch_counter.unwrap_or(0)))
     }
 
