@@ -10,7 +10,7 @@ use pilotfish_mesh::codec::{self, DecodeLimits, SnapshotSigner, VerifyKeys};
 use pilotfish_mesh::push_context::PushContext;
 use pilotfish_shared::bus::{Verified, snapshot_decoder};
 
-use crate::process::target_dir;
+use crate::tools::target_dir;
 
 /// The seed of the test key (not a secret: it signs test snapshots only).
 const TEST_SEED: [u8; 32] = *b"pilotfish test signing key seed!";

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::tools::workspace_root;
+use crate::tools::target_dir;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError {
@@ -77,13 +77,6 @@ fn dechunk(mut body: &str) -> String {
         body = rest[n..].trim_start_matches("\r\n");
     }
     out
-}
-
-/// The Cargo target directory (`CARGO_TARGET_DIR` honoured).
-pub fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"))
 }
 
 /// Path of one of the workspace's binaries.

@@ -39,7 +39,7 @@ use crate::metrics;
 /// The longest an epoch or publish flight may take before it counts as failed (and is
 /// retried with backoff). Above the bus's own per-command timeout, so its more specific
 /// error normally comes first.
-pub const BUS_TIMEOUT: Duration = Duration::from_secs(15);
+pub const BUS_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Inputs of the loop.
 pub struct ModeLoop {

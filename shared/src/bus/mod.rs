@@ -461,3 +461,42 @@ pub(crate) fn now_ms() -> u64 {
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_ends_when_latest_was_not_read_for_longer_than_the_bound() {
+        let now = Instant::now();
+        let Some(long_ago) = now.checked_sub(Duration::from_secs(20)) else {
+            return; // a machine up for less than 20 s cannot express the case
+        };
+        let mut status = FollowerStatus {
+            current: Some(SnapshotRef {
+                version: 1,
+                hash: "h".into(),
+                epoch: 1,
+                published_at_ms: 0,
+            }),
+            last_success: Some(long_ago),
+            stale_after: None,
+            ..FollowerStatus::default()
+        };
+        assert!(
+            status.is_ready(),
+            "no bound: ready while it holds a snapshot"
+        );
+        status.stale_after = Some(Duration::from_secs(10));
+        assert!(status.is_stale() && !status.is_ready());
+        assert!(
+            status.detail().contains("not taking new streams"),
+            "{}",
+            status.detail()
+        );
+        status.last_success = Some(now);
+        assert!(status.is_ready());
+        status.current = None;
+        assert!(!status.is_ready(), "nothing held: never ready");
+    }
+}

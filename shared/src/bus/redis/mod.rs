@@ -114,7 +114,7 @@ impl RedisConfig {
             resync_interval: Duration::from_secs(10),
             watchdog_interval: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(5),
-            response_timeout: Duration::from_secs(10),
+            response_timeout: Duration::from_secs(5),
             backoff_base: Duration::from_millis(200),
             backoff_max: Duration::from_secs(10),
             max_blob_bytes: pilotfish_mesh::codec::DecodeLimits::DEFAULT_MAX_BLOB_BYTES as u64,
