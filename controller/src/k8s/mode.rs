@@ -217,8 +217,17 @@ impl ModeLoop {
                 );
             }
             Action::Publish => {
-                // The conductor asks for a publish only after a build.
+                // The conductor asks for a publish only after a build; should it ever not,
+                // the flight still lands (as a failure), or no other could start.
                 let Some(built) = s.current.clone() else {
+                    s.flight = Some(
+                        futures::future::ready(Landed::Event(Event::PublishDone(
+                            PublishResult::Failed {
+                                error: "nothing built to publish".into(),
+                            },
+                        )))
+                        .boxed(),
+                    );
                     return;
                 };
                 let publisher = s.pipeline.publisher();
