@@ -249,7 +249,7 @@ async fn assert_default_install(cluster: &Cluster) {
     // file; only the controller mounts the signing key; both mount the public key.
     let redis = deployment(cluster, "pilotfish-redis").await;
     let command = redis["spec"]["template"]["spec"]["containers"][0]["command"].to_string();
-    for needle in ["--requirepass", "--protected-mode yes", "--maxmemory 152mb"] {
+    for needle in ["--requirepass", "--protected-mode yes", "--maxmemory 192mb"] {
         assert!(command.contains(needle), "{needle}: {command}");
     }
     assert_eq!(

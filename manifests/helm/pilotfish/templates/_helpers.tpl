@@ -103,8 +103,10 @@ app.kubernetes.io/component: {{ .component }}
 {{/*
 The bundled Redis' maxmemory: room for every blob Redis can hold at once — the newest 5
 retained, at most 5 superseded (shared/src/bus/redis: K and M), one being written — each at
-most snapshots.maxBlobMiB, plus 64 MiB for keys, client buffers (replicas fetching a blob)
-and fragmentation. Endpoint churn cannot exceed it: superseded blobs beyond M are deleted at
+most snapshots.maxBlobMiB and rounded up by the allocator (a quarter more at worst), plus
+about two blobs of transfer buffers (a publish's query buffer, replies to replicas) and
+64 MiB for the rest: 16 blobs + 64 MiB (tested with 1 MiB blobs in
+bus_redis::endpoint_churn_cannot_fill_redis: 11 blobs peak near 30 MB). Endpoint churn cannot exceed it: superseded blobs beyond M are deleted at
 once, whatever the publish rate. Independent of the replica count, so scaling the replicas
 does not restart Redis.
 */}}
@@ -112,7 +114,7 @@ does not restart Redis.
 {{- if .Values.redis.bundled.maxmemory }}
 {{- .Values.redis.bundled.maxmemory }}
 {{- else }}
-{{- printf "%dmb" (add (mul 11 (int .Values.snapshots.maxBlobMiB)) 64) }}
+{{- printf "%dmb" (add (mul 16 (int .Values.snapshots.maxBlobMiB)) 64) }}
 {{- end }}
 {{- end }}
 
