@@ -6,11 +6,13 @@
 //! - [`redis`]: real `redis-server` processes (killable, restartable) and a cuttable TCP link;
 //! - [`grpc`]: gRPC's own xDS client and backend servers (Python `grpcio`);
 //! - [`mesh`]: the `reviews` mesh (Kubernetes YAML) the end-to-end tests route through;
-//! - [`process`]: Pilotfish's binaries as child processes, free ports, plain HTTP GETs.
+//! - [`process`]: Pilotfish's binaries as child processes, free ports, plain HTTP GETs;
+//! - [`keys`]: the tests' snapshot signing key, as values and as files.
 
 pub mod apiserver;
 pub mod balancer;
 pub mod grpc;
+pub mod keys;
 pub mod mesh;
 pub mod process;
 pub mod redis;

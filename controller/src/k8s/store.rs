@@ -52,6 +52,9 @@ pub trait Watched:
     fn same_status(_a: &Self::Stored, _b: &Self::Stored) -> bool {
         true
     }
+    /// The status writer reports on objects of this kind, so an object that does not
+    /// decode keeps its `status` (for the comparison). Other kinds keep none of it.
+    const WRITES_STATUS: bool = false;
     /// This kind's store.
     fn store(stores: &mut Stores) -> &mut KindStore<Self::Stored>;
 }
@@ -97,6 +100,7 @@ macro_rules! istio_kind {
             fn same_status(a: &Self, b: &Self) -> bool {
                 a.status == b.status
             }
+            const WRITES_STATUS: bool = true;
             fn store(stores: &mut Stores) -> &mut KindStore<Self> {
                 &mut stores.$field
             }
@@ -189,7 +193,9 @@ impl Watched for Namespace {
     }
 }
 
-/// An object that did not decode: what the status writer needs to report it.
+/// An object that did not decode: what the status writer needs to report it (its
+/// identity, and its `status` only for the kinds the writer reports on — a Pod's status
+/// can be many kilobytes and is never read).
 #[derive(Clone, Debug, PartialEq)]
 pub struct FailedObject {
     pub uid: Option<String>,
@@ -220,7 +226,7 @@ impl<T> Ingested<T> {
                     uid: u.metadata.uid,
                     generation: u.metadata.generation,
                     resource_version: u.metadata.resource_version,
-                    status: u.status,
+                    status: u.status.filter(|_| K::WRITES_STATUS),
                     failure: u.failure,
                 }),
             ),
@@ -781,6 +787,39 @@ mod tests {
                 .map(String::as_str),
             Some("v1")
         );
+    }
+
+    #[test]
+    fn a_pod_that_does_not_decode_keeps_nothing_of_its_status() {
+        let value = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "default", "uid": "u1",
+                         "annotations": {"big": "x".repeat(10_000)}},
+            "spec": {"containers": "not a list"},
+            "status": {"phase": "Running", "message": "y".repeat(10_000)},
+        });
+        let decoded = Decoded::<Pod>::from_value(value.clone()).unwrap();
+        let (key, ingested) = Ingested::from_decoded(decoded);
+        assert_eq!(key, ("default".to_string(), "p".to_string()));
+        let Ingested::Failed(failed) = ingested else {
+            panic!("the Pod should not decode")
+        };
+        assert_eq!(failed.status, None);
+        assert!(
+            format!("{failed:?}").len() < 1_000,
+            "only the identity and the reason: {failed:?}"
+        );
+        // An Istio object keeps its status: the writer compares with it.
+        let mut vs = value;
+        vs["apiVersion"] = "networking.istio.io/v1".into();
+        vs["kind"] = "VirtualService".into();
+        vs["spec"] = serde_json::json!({"hosts": "not a list"});
+        let decoded = Decoded::<VirtualService>::from_value(vs).unwrap();
+        let (_, Ingested::Failed(failed)) = Ingested::from_decoded(decoded) else {
+            panic!("the VirtualService should not decode")
+        };
+        assert!(failed.status.is_some());
     }
 
     #[test]

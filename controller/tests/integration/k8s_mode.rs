@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Event as CoreEvent;
 use kube::api::{Api, ListParams};
 use pilotfish_mesh::codec::{self, DecodeLimits};
 use pilotfish_mesh::push_context::PushContext;
+use pilotfish_shared::bus::Verified;
 use pilotfish_shared::bus::memory::MemoryBus;
 use pilotfish_shared::bus::redis::{RedisConfig, RedisPublisher};
 use pilotfish_shared::bus::{Follower, SnapshotPublisher};
@@ -18,8 +19,8 @@ use serde_json::json;
 
 use crate::k8s_support::*;
 
-fn decode(blob: &[u8]) -> Result<PushContext, codec::DecodeError> {
-    codec::decode(blob, &DecodeLimits::default())
+fn decode(blob: &[u8]) -> Result<Verified<PushContext>, codec::DecodeError> {
+    pilotfish_testkit::keys::decoder()(blob)
 }
 
 /// The VirtualService weights the bus currently serves.
@@ -425,7 +426,11 @@ async fn a_restarted_controller_keeps_the_last_accepted_version_of_an_object_inv
             &cluster,
             identity,
             publisher.clone(),
-            Some(read_published(publisher, Duration::from_secs(10))),
+            Some(read_published(
+                publisher,
+                DecodeLimits::default(),
+                pilotfish_testkit::keys::verify_keys(),
+            )),
             fast_timings(),
         )
     };

@@ -286,12 +286,13 @@ impl Replica {
             },
         };
         let mut tasks = JoinSet::new();
-        for (name, task) in mode.tasks(
-            Pipeline::new(publisher),
+        let (mode_tasks, _claim) = mode.tasks(
+            Pipeline::new(publisher, pilotfish_testkit::keys::signer()),
             seed,
             admin.clone(),
             shutdown.clone(),
-        ) {
+        );
+        for (name, task) in mode_tasks {
             tasks.spawn(async move { (name, task.await) });
         }
         Replica {

@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::support::Cluster;
 
 const NAMESPACE: &str = "pilotfish-system";
-const NAMESPACED_KINDS: &str = "deployments,services,serviceaccounts,configmaps,poddisruptionbudgets,horizontalpodautoscalers,networkpolicies,roles,rolebindings";
+const NAMESPACED_KINDS: &str = "deployments,services,serviceaccounts,configmaps,secrets,poddisruptionbudgets,horizontalpodautoscalers,networkpolicies,roles,rolebindings";
 const CLUSTER_KINDS: &str = "clusterroles,clusterrolebindings";
 const CRDS: [&str; 3] = [
     "destinationrules.networking.istio.io",
@@ -81,7 +81,7 @@ async fn namespaced_objects(cluster: &Cluster) -> BTreeSet<String> {
     )
     .into_iter()
     // The helm release records and the namespace's default ServiceAccount are not ours.
-    .filter(|n| n != "ServiceAccount/default")
+    .filter(|n| n != "ServiceAccount/default" && !n.starts_with("Secret/sh.helm.release."))
     .collect()
 }
 
@@ -92,6 +92,35 @@ async fn pilotfish_cluster_objects(cluster: &Cluster) -> BTreeSet<String> {
         .collect()
 }
 
+/// A volume of a Deployment's pods, by name.
+fn volume<'a>(deployment: &'a Value, name: &str) -> &'a Value {
+    deployment["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == name))
+        .unwrap_or_else(|| {
+            panic!(
+                "volume {name} missing from {}",
+                deployment["metadata"]["name"]
+            )
+        })
+}
+
+/// The generated secrets (Redis password, signing key) and the replicas' public key.
+async fn generated_secrets(cluster: &Cluster) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (kind, name) in [
+        ("secret", "pilotfish-redis-auth"),
+        ("secret", "pilotfish-snapshot-signing"),
+        ("configmap", "pilotfish-snapshot-verify-keys"),
+    ] {
+        let object = cluster
+            .kubectl_json(&["get", kind, name, "-n", NAMESPACE])
+            .await;
+        out.push(object["data"].clone());
+    }
+    out
+}
+
 async fn deployment(cluster: &Cluster, name: &str) -> Value {
     cluster
         .kubectl_json(&["get", "deployment", name, "--namespace", NAMESPACE])
@@ -100,6 +129,7 @@ async fn deployment(cluster: &Cluster, name: &str) -> Value {
 
 fn default_objects() -> BTreeSet<String> {
     set(&[
+        "ConfigMap/pilotfish-snapshot-verify-keys",
         "Deployment/pilotfish-controller",
         "Deployment/pilotfish-redis",
         "Deployment/pilotfish-xds",
@@ -110,6 +140,8 @@ fn default_objects() -> BTreeSet<String> {
         "PodDisruptionBudget/pilotfish-xds",
         "Role/pilotfish-controller-leader-election",
         "RoleBinding/pilotfish-controller-leader-election",
+        "Secret/pilotfish-redis-auth",
+        "Secret/pilotfish-snapshot-signing",
         "Service/pilotfish-redis",
         "Service/pilotfish-xds",
         "ServiceAccount/pilotfish-controller",
@@ -212,6 +244,63 @@ async fn assert_default_install(cluster: &Cluster) {
         .await;
     assert_eq!(binding["subjects"][0]["name"], "pilotfish-controller");
     assert_eq!(binding["subjects"][0]["namespace"], NAMESPACE);
+
+    // The bundled Redis requires a generated password, which both binaries read from a
+    // file; only the controller mounts the signing key; both mount the public key.
+    let redis = deployment(cluster, "pilotfish-redis").await;
+    let command = redis["spec"]["template"]["spec"]["containers"][0]["command"].to_string();
+    for needle in ["--requirepass", "--protected-mode yes", "--maxmemory 192mb"] {
+        assert!(command.contains(needle), "{needle}: {command}");
+    }
+    assert_eq!(
+        volume(&redis, "redis-auth")["secret"]["secretName"],
+        "pilotfish-redis-auth"
+    );
+    for d in [&controller, &xds] {
+        assert_eq!(
+            env_value(d, "PILOTFISH_REDIS_PASSWORD_FILE"),
+            "/etc/pilotfish/redis-password/password"
+        );
+        assert_eq!(
+            volume(d, "redis-password")["secret"]["secretName"],
+            "pilotfish-redis-auth"
+        );
+        assert_eq!(
+            env_value(d, "PILOTFISH_VERIFY_KEYS"),
+            "/etc/pilotfish/verify-keys"
+        );
+        assert_eq!(
+            volume(d, "verify-keys")["configMap"]["name"],
+            "pilotfish-snapshot-verify-keys"
+        );
+        assert_eq!(env_value(d, "PILOTFISH_MAX_BLOB_BYTES"), "8388608");
+    }
+    assert_eq!(
+        env_value(&controller, "PILOTFISH_SIGNING_KEY_FILE"),
+        "/etc/pilotfish/signing/signing-key.pem"
+    );
+    assert_eq!(
+        volume(&controller, "signing-key")["secret"]["secretName"],
+        "pilotfish-snapshot-signing"
+    );
+    assert!(
+        xds["spec"]["template"]["spec"]["volumes"]
+            .to_string()
+            .find("snapshot-signing")
+            .is_none(),
+        "the replicas must not see the private key"
+    );
+    let [password, signing, verify] = &generated_secrets(cluster).await[..] else {
+        panic!("three generated objects")
+    };
+    assert!(password["password"].as_str().is_some_and(|p| p.len() >= 40));
+    assert!(signing["signing-key.pem"].is_string());
+    assert!(
+        verify["current.pem"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("-----BEGIN CERTIFICATE-----")),
+        "{verify}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,6 +327,7 @@ async fn chart_installs_upgrades_and_uninstalls() {
         "{out}"
     );
     assert_default_install(&cluster).await;
+    let secrets = generated_secrets(&cluster).await;
 
     let out = cluster
         .helm_ok(&[
@@ -262,8 +352,10 @@ async fn chart_installs_upgrades_and_uninstalls() {
         assert_eq!(d["metadata"]["generation"], 2, "{name}");
         assert_eq!(d["status"]["readyReplicas"], replicas, "{name}");
     }
-    // Nothing else changed: same objects, Redis untouched.
+    // Nothing else changed: same objects, the same generated password and keys (read back
+    // with `lookup`), Redis untouched.
     assert_eq!(namespaced_objects(&cluster).await, default_objects());
+    assert_eq!(generated_secrets(&cluster).await, secrets);
     assert_eq!(
         deployment(&cluster, "pilotfish-redis").await["metadata"]["generation"],
         1
@@ -324,6 +416,7 @@ async fn chart_with_an_external_tls_redis_and_an_autoscaler() {
         namespaced_objects(&cluster).await,
         set(&[
             "ConfigMap/mesh-pilotfish-mesh",
+            "ConfigMap/mesh-pilotfish-snapshot-verify-keys",
             "Deployment/mesh-pilotfish-controller",
             "Deployment/mesh-pilotfish-xds",
             "HorizontalPodAutoscaler/mesh-pilotfish-xds",
@@ -333,6 +426,7 @@ async fn chart_with_an_external_tls_redis_and_an_autoscaler() {
             "PodDisruptionBudget/mesh-pilotfish-xds",
             "Role/mesh-pilotfish-controller-leader-election",
             "RoleBinding/mesh-pilotfish-controller-leader-election",
+            "Secret/mesh-pilotfish-snapshot-signing",
             "Service/mesh-pilotfish-xds",
             "ServiceAccount/mesh-pilotfish-controller",
             "ServiceAccount/mesh-pilotfish-xds",
@@ -361,10 +455,13 @@ async fn chart_with_an_external_tls_redis_and_an_autoscaler() {
             env_value(&d, "PILOTFISH_REDIS_CA_FILE"),
             "/etc/pilotfish/redis-ca/ca.crt"
         );
-        let volumes = &d["spec"]["template"]["spec"]["volumes"];
-        assert_eq!(volumes[0]["secret"]["secretName"], "pilotfish-redis");
-        assert_eq!(volumes[0]["secret"]["items"][0]["key"], "redis-password");
-        assert_eq!(volumes[1]["secret"]["secretName"], "pilotfish-redis-ca");
+        let password = &volume(&d, "redis-password")["secret"];
+        assert_eq!(password["secretName"], "pilotfish-redis");
+        assert_eq!(password["items"][0]["key"], "redis-password");
+        assert_eq!(
+            volume(&d, "redis-ca")["secret"]["secretName"],
+            "pilotfish-redis-ca"
+        );
         let image = d["spec"]["template"]["spec"]["containers"][0]["image"]
             .as_str()
             .unwrap_or_default();
@@ -397,7 +494,7 @@ async fn chart_with_an_external_tls_redis_and_an_autoscaler() {
 async fn chart_refuses_values_that_cannot_work() {
     let cluster = Cluster::start().await;
     let chart = chart();
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 7] = [
         (
             &["redis.bundled.enabled=false"],
             "redis.external.url is required when redis.bundled.enabled is false",
@@ -428,6 +525,14 @@ async fn chart_refuses_values_that_cannot_work() {
                 "xds.autoscaling.maxReplicas=2",
             ],
             "xds.autoscaling.minReplicas (5) is above xds.autoscaling.maxReplicas (2)",
+        ),
+        (
+            &["snapshotSigning.existingSecret=my-key"],
+            "snapshotSigning.existingVerifyKeysConfigMap must name the ConfigMap",
+        ),
+        (
+            &["snapshotSigning.existingVerifyKeysConfigMap=my-keys"],
+            "existingVerifyKeysConfigMap needs snapshotSigning.existingSecret",
         ),
     ];
     for (values, expected) in cases {
@@ -462,6 +567,70 @@ async fn chart_refuses_values_that_cannot_work() {
 async fn plain_manifests_apply_and_delete_without_helm() {
     let cluster = Cluster::start().await;
     let manifests = workspace_root().join("manifests").display().to_string();
+    // What the manifests' header says to do first: the secrets the chart would generate.
+    let keys = tempfile::tempdir().unwrap();
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(keys.path())
+            .output()
+            .expect("run openssl");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    openssl(&[
+        "genpkey",
+        "-algorithm",
+        "ed25519",
+        "-out",
+        "signing-key.pem",
+    ]);
+    openssl(&[
+        "pkey",
+        "-in",
+        "signing-key.pem",
+        "-pubout",
+        "-out",
+        "verify-key.pem",
+    ]);
+    let file = |name: &str| keys.path().join(name).display().to_string();
+    cluster
+        .kubectl_ok(&["create", "namespace", NAMESPACE])
+        .await;
+    for args in [
+        vec![
+            "create",
+            "secret",
+            "generic",
+            "pilotfish-snapshot-signing",
+            "--from-file",
+        ],
+        vec![
+            "create",
+            "configmap",
+            "pilotfish-snapshot-verify-keys",
+            "--from-file",
+        ],
+    ] {
+        let from = if args[1] == "secret" {
+            file("signing-key.pem")
+        } else {
+            file("verify-key.pem")
+        };
+        let mut full = args.clone();
+        full.extend([from.as_str(), "-n", NAMESPACE]);
+        cluster.kubectl_ok(&full).await;
+    }
+    cluster
+        .kubectl_ok(&[
+            "create",
+            "secret",
+            "generic",
+            "pilotfish-redis-auth",
+            "--from-literal=password=not-a-real-password-0123456789abcdef",
+            "-n",
+            NAMESPACE,
+        ])
+        .await;
     cluster
         .kubectl_ok(&["apply", "--server-side", "-f", &manifests])
         .await;
