@@ -39,6 +39,9 @@ pub struct BuildInputs {
     pub virtual_services: Vec<Arc<VirtualService>>,
     pub destination_rules: Vec<Arc<DestinationRule>>,
     pub service_entries: Vec<Arc<ServiceEntry>>,
+    /// Findings made while reading the inputs (fields of Istio objects that Pilotfish does
+    /// not know), reported with the build's own.
+    pub input_warnings: Vec<ConfigError>,
 }
 
 /// What a build produces.
@@ -69,7 +72,7 @@ fn meta_of(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Co
 /// Builds a snapshot. `previous` is the last snapshot built from these sources (its
 /// accepted configs stand in for objects that became invalid).
 pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutput {
-    let mut findings = Vec::new();
+    let mut findings = inputs.input_warnings.clone();
     let mut kept_previous = Vec::new();
     let domain = inputs.cluster_domain.as_str();
 
