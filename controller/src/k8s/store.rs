@@ -208,7 +208,8 @@ pub struct FailedObject {
 /// One object after ingest.
 #[derive(Clone, Debug)]
 pub enum Ingested<T> {
-    Ok(T),
+    /// The stored form, and the paths of fields Pilotfish does not know (Istio kinds).
+    Ok(T, Vec<String>),
     Failed(FailedObject),
 }
 
@@ -216,9 +217,9 @@ impl<T> Ingested<T> {
     /// Ingests a decoded object of kind `K`.
     pub fn from_decoded<K: Watched<Stored = T>>(decoded: Decoded<K>) -> (ObjectKey, Self) {
         match decoded {
-            Decoded::Ok(object) => {
+            Decoded::Ok(object, unknown) => {
                 let key = object_key(object.meta());
-                (key, Ingested::Ok(object.ingest()))
+                (key, Ingested::Ok(object.ingest(), unknown))
             }
             Decoded::Invalid(u) => (
                 object_key(&u.metadata),
@@ -280,6 +281,8 @@ pub struct KindStore<T> {
     /// Objects whose latest version did not decode. The last version that did (if any)
     /// stays in `objects`, so a bad edit never removes what was served.
     failures: BTreeMap<ObjectKey, FailedObject>,
+    /// Fields Pilotfish does not know, of the objects that have some.
+    unknown_fields: BTreeMap<ObjectKey, Vec<String>>,
     synced: bool,
 }
 
@@ -288,6 +291,7 @@ impl<T> Default for KindStore<T> {
         KindStore {
             objects: BTreeMap::new(),
             failures: BTreeMap::new(),
+            unknown_fields: BTreeMap::new(),
             synced: false,
         }
     }
@@ -319,6 +323,11 @@ impl<T> KindStore<T> {
         &self.failures
     }
 
+    /// The fields Pilotfish does not know, of each stored object that has some.
+    pub fn unknown_fields(&self) -> &BTreeMap<ObjectKey, Vec<String>> {
+        &self.unknown_fields
+    }
+
     /// Applies one change. `same_for_mesh` / `same_status` are the kind's rules.
     pub fn apply(
         &mut self,
@@ -335,6 +344,7 @@ impl<T> KindStore<T> {
                 if self.objects.remove(&key).is_some() {
                     summary.deleted += 1;
                 }
+                self.unknown_fields.remove(&key);
                 if self.failures.remove(&key).is_some() {
                     summary.failures_changed = true;
                 }
@@ -348,6 +358,7 @@ impl<T> KindStore<T> {
                 // Whatever the list no longer holds was deleted while we were not watching.
                 let before = self.objects.len();
                 self.objects.retain(|k, _| listed.contains(k));
+                self.unknown_fields.retain(|k, _| listed.contains(k));
                 summary.deleted += (before - self.objects.len()) as u64;
                 let failures_before = self.failures.len();
                 self.failures.retain(|k, _| listed.contains(k));
@@ -370,13 +381,27 @@ impl<T> KindStore<T> {
         summary: &mut Summary,
     ) {
         match item {
-            Ingested::Ok(value) => {
+            Ingested::Ok(value, unknown) => {
                 if self.failures.remove(&key).is_some() {
                     summary.failures_changed = true;
                 }
+                // What the builder reports about the object changes with its unknown fields.
+                let unknown_changed = self
+                    .unknown_fields
+                    .get(&key)
+                    .map(Vec::as_slice)
+                    .unwrap_or(&[])
+                    != unknown.as_slice();
+                if unknown.is_empty() {
+                    self.unknown_fields.remove(&key);
+                } else {
+                    self.unknown_fields.insert(key.clone(), unknown);
+                }
                 match self.objects.get(&key) {
                     None => summary.added += 1,
-                    Some(old) if !same_for_mesh(old, &value) => summary.updated += 1,
+                    Some(old) if unknown_changed || !same_for_mesh(old, &value) => {
+                        summary.updated += 1
+                    }
                     Some(old) if !same_status(old, &value) => summary.status_only += 1,
                     Some(_) => summary.unchanged += 1,
                 }
@@ -517,7 +542,43 @@ impl Stores {
             virtual_services: live(&self.virtual_services, &terminating).collect(),
             destination_rules: live(&self.destination_rules, &terminating).collect(),
             service_entries: live(&self.service_entries, &terminating).collect(),
+            input_warnings: self.unknown_field_warnings(&terminating),
         }
+    }
+
+    /// Warnings about the fields Pilotfish does not know, of the Istio objects the build reads.
+    fn unknown_field_warnings(
+        &self,
+        terminating: &std::collections::BTreeSet<&str>,
+    ) -> Vec<pilotfish_mesh::config::ConfigError> {
+        let mut out = Vec::new();
+        for (kind, fields) in [
+            (
+                ConfigKind::VirtualService,
+                self.virtual_services.unknown_fields(),
+            ),
+            (
+                ConfigKind::DestinationRule,
+                self.destination_rules.unknown_fields(),
+            ),
+            (
+                ConfigKind::ServiceEntry,
+                self.service_entries.unknown_fields(),
+            ),
+        ] {
+            for ((namespace, name), paths) in fields {
+                if terminating.contains(namespace.as_str()) {
+                    continue;
+                }
+                let key = ConfigKey::new(kind, namespace.clone(), name.clone());
+                out.extend(
+                    paths
+                        .iter()
+                        .map(|p| pilotfish_mesh::document::unknown_field_warning(&key, p)),
+                );
+            }
+        }
+        out
     }
 
     /// Every Istio object, as the status writer sees it.
@@ -648,12 +709,18 @@ mod tests {
         assert!(stores.unsynced().contains(&"VirtualService"));
         let s = apply_vs(
             &mut stores,
-            Change::Apply(key("old"), Ingested::Ok(mk_vs("old", 1, &["a"]))),
+            Change::Apply(
+                key("old"),
+                Ingested::Ok(mk_vs("old", 1, &["a"]), Vec::new()),
+            ),
         );
         assert_eq!(s.added, 1);
         let s = apply_vs(
             &mut stores,
-            Change::Relisted(vec![(key("new"), Ingested::Ok(mk_vs("new", 1, &["b"])))]),
+            Change::Relisted(vec![(
+                key("new"),
+                Ingested::Ok(mk_vs("new", 1, &["b"]), Vec::new()),
+            )]),
         );
         assert_eq!((s.added, s.deleted), (1, 1));
         assert!(s.first_sync);
@@ -661,7 +728,10 @@ mod tests {
         assert!(stores.virtual_services.get(&key("old")).is_none());
         let s = apply_vs(
             &mut stores,
-            Change::Relisted(vec![(key("new"), Ingested::Ok(mk_vs("new", 1, &["b"])))]),
+            Change::Relisted(vec![(
+                key("new"),
+                Ingested::Ok(mk_vs("new", 1, &["b"]), Vec::new()),
+            )]),
         );
         assert_eq!(s.unchanged, 1);
         assert!(!s.first_sync && !s.mesh_changed());
@@ -672,7 +742,7 @@ mod tests {
         let mut stores = Stores::default();
         apply_vs(
             &mut stores,
-            Change::Apply(key("r"), Ingested::Ok(mk_vs("r", 1, &["a"]))),
+            Change::Apply(key("r"), Ingested::Ok(mk_vs("r", 1, &["a"]), Vec::new())),
         );
         let mut with_status = mk_vs("r", 1, &["a"]);
         with_status.metadata.resource_version = Some("7".into());
@@ -686,7 +756,7 @@ mod tests {
         });
         let s = apply_vs(
             &mut stores,
-            Change::Apply(key("r"), Ingested::Ok(with_status.clone())),
+            Change::Apply(key("r"), Ingested::Ok(with_status.clone(), Vec::new())),
         );
         assert_eq!(s.status_only, 1);
         assert!(!s.mesh_changed() && s.status_changed());
@@ -698,13 +768,13 @@ mod tests {
         relabelled.metadata.labels = Some(BTreeMap::from([("x".into(), "y".into())]));
         let s = apply_vs(
             &mut stores,
-            Change::Apply(key("r"), Ingested::Ok(relabelled)),
+            Change::Apply(key("r"), Ingested::Ok(relabelled, Vec::new())),
         );
         assert_eq!(s.unchanged, 1);
         assert!(!s.mesh_changed() && !s.status_changed());
         let s = apply_vs(
             &mut stores,
-            Change::Apply(key("r"), Ingested::Ok(mk_vs("r", 2, &["b"]))),
+            Change::Apply(key("r"), Ingested::Ok(mk_vs("r", 2, &["b"]), Vec::new())),
         );
         assert_eq!(s.updated, 1);
     }
@@ -714,7 +784,7 @@ mod tests {
         let mut stores = Stores::default();
         apply_vs(
             &mut stores,
-            Change::Apply(key("r"), Ingested::Ok(mk_vs("r", 1, &["a"]))),
+            Change::Apply(key("r"), Ingested::Ok(mk_vs("r", 1, &["a"]), Vec::new())),
         );
         let s = apply_vs(
             &mut stores,
@@ -744,7 +814,7 @@ mod tests {
         // A fixed version clears it.
         let s = apply_vs(
             &mut stores,
-            Change::Apply(key("r"), Ingested::Ok(mk_vs("r", 3, &["c"]))),
+            Change::Apply(key("r"), Ingested::Ok(mk_vs("r", 3, &["c"]), Vec::new())),
         );
         assert!(s.failures_changed && s.mesh_changed());
         assert_eq!(stores.config_objects()[0].decode_failure, None);
@@ -764,8 +834,11 @@ mod tests {
         pod.metadata.name = Some("p".into());
         pod.metadata.namespace = Some("default".into());
         pod.metadata.labels = Some(BTreeMap::from([("version".into(), "v1".into())]));
-        let s = Update::new::<Pod>(Change::Apply(key("p"), Ingested::Ok(pod.clone().ingest())))
-            .apply(&mut stores);
+        let s = Update::new::<Pod>(Change::Apply(
+            key("p"),
+            Ingested::Ok(pod.clone().ingest(), Vec::new()),
+        ))
+        .apply(&mut stores);
         assert_eq!(s.added, 1);
         pod.status = Some(PodStatus {
             container_statuses: Some(vec![ContainerStatus {
@@ -774,8 +847,11 @@ mod tests {
             }]),
             ..Default::default()
         });
-        let s = Update::new::<Pod>(Change::Apply(key("p"), Ingested::Ok(pod.ingest())))
-            .apply(&mut stores);
+        let s = Update::new::<Pod>(Change::Apply(
+            key("p"),
+            Ingested::Ok(pod.ingest(), Vec::new()),
+        ))
+        .apply(&mut stores);
         assert_eq!(s.unchanged, 1, "a restart count is nothing the mesh reads");
         assert_eq!(
             stores
@@ -827,20 +903,23 @@ mod tests {
         let mut stores = Stores::default();
         apply_vs(
             &mut stores,
-            Change::Apply(key("r"), Ingested::Ok(mk_vs("r", 1, &["a"]))),
+            Change::Apply(key("r"), Ingested::Ok(mk_vs("r", 1, &["a"]), Vec::new())),
         );
         let mut gone = mk_vs("g", 1, &["b"]);
         gone.metadata.namespace = Some("old".into());
         apply_vs(
             &mut stores,
-            Change::Apply(("old".into(), "g".into()), Ingested::Ok(gone)),
+            Change::Apply(("old".into(), "g".into()), Ingested::Ok(gone, Vec::new())),
         );
         Update::new::<Namespace>(Change::Apply(
             (String::new(), "old".into()),
-            Ingested::Ok(NamespaceInfo {
-                name: "old".into(),
-                terminating: true,
-            }),
+            Ingested::Ok(
+                NamespaceInfo {
+                    name: "old".into(),
+                    terminating: true,
+                },
+                Vec::new(),
+            ),
         ))
         .apply(&mut stores);
         let inputs = stores.inputs(&BuildInputs::default());

@@ -128,12 +128,7 @@ impl FolderLoop {
                     let Some(burst) = debounce.take_if_due(std::time::Instant::now()) else { continue };
                     metrics::DEBOUNCE_MERGED.inc_by(burst.events.saturating_sub(1));
                     let report = source.rescan().map_err(|source| FolderError::Read { dir: self.dir.clone(), source })?;
-                    for e in &report.new_errors {
-                        tracing::warn!("{e} (the file's last good content stays in use)");
-                    }
-                    for kind in &report.new_unknown_kinds {
-                        tracing::info!(kind = %kind, "ignoring objects of a kind Pilotfish does not read");
-                    }
+                    report.log();
                     if report.changed || pipeline.previous().is_none() {
                         pending = Some(pipeline.build(source.inputs(self.base.clone()), false).await);
                         publish.reset();

@@ -682,3 +682,141 @@ async fn plain_manifests_apply_and_delete_without_helm() {
     let crds = names(&cluster.kubectl_json(&["get", "crds"]).await);
     assert!(crds.is_empty(), "{crds:?}");
 }
+
+/// A cluster that already runs Istio: its CRDs (here Pilotfish's with one field more and
+/// Istio's labels, as a newer Istio's look) and an object using that field. Writes the
+/// CRDs and the object to `dir` and applies them as Istio's installer would.
+async fn install_istio_like_crds(cluster: &Cluster, dir: &std::path::Path) {
+    let mut crds = pilotfish_mesh::api::crd::crds();
+    for crd in &mut crds {
+        crd.metadata.labels = Some([("app".to_string(), "istio-pilot".to_string())].into());
+        for version in &mut crd.spec.versions {
+            let props = version
+                .schema
+                .as_mut()
+                .and_then(|s| s.open_api_v3_schema.as_mut())
+                .expect("schema");
+            let mut value = serde_json::to_value(&*props).unwrap();
+            value["properties"]["spec"]["properties"]["futureField"] =
+                serde_json::json!({"type": "string"});
+            *props = serde_json::from_value(value).unwrap();
+        }
+    }
+    let path = dir.join("istio-crds.json");
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": crds});
+    std::fs::write(&path, list.to_string()).unwrap();
+    cluster
+        .kubectl_ok(&[
+            "apply",
+            "--server-side",
+            "--field-manager=istio-installer",
+            "-f",
+            path.to_str().unwrap(),
+        ])
+        .await;
+    for crd in CRDS {
+        cluster
+            .kubectl_ok(&[
+                "wait",
+                "--for=condition=Established",
+                &format!("crd/{crd}"),
+                "--timeout=60s",
+            ])
+            .await;
+    }
+    let vs = dir.join("vs.yaml");
+    std::fs::write(
+        &vs,
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews, namespace: default}\nspec:\n  futureField: kept\n  hosts: [reviews]\n  http: [{route: [{destination: {host: reviews}}]}]\n",
+    )
+    .unwrap();
+    cluster
+        .kubectl_ok(&["apply", "--server-side", "-f", vs.to_str().unwrap()])
+        .await;
+}
+
+/// Istio's CRDs and the objects using their newer fields are as they were.
+async fn assert_istio_crds_untouched(cluster: &Cluster) {
+    for crd in CRDS {
+        let got = cluster.kubectl_json(&["get", "crd", crd]).await;
+        assert_eq!(got["metadata"]["labels"]["app"], "istio-pilot", "{crd}");
+        for version in got["spec"]["versions"].as_array().unwrap() {
+            assert_eq!(
+                version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["futureField"]
+                    ["type"],
+                "string",
+                "{crd} {}",
+                version["name"]
+            );
+        }
+    }
+    let vs = cluster
+        .kubectl_json(&["get", "virtualservice", "reviews", "-n", "default"])
+        .await;
+    assert_eq!(vs["spec"]["futureField"], "kept", "{vs}");
+}
+
+/// With Istio's (possibly newer) CRDs installed, neither the chart nor the plain
+/// manifests for such clusters change them. Helm 4 applies a chart's `crds/` with
+/// server-side apply on install: over CRDs another manager owns that is a field conflict,
+/// and the install stops before changing anything; `--skip-crds` installs the rest, and
+/// upgrades and uninstall never touch `crds/`. `manifests/pilotfish.yaml` holds no CRD
+/// (they are in `manifests/crds.yaml`, for clusters without Istio).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn istios_own_crds_are_left_alone() {
+    let scratch = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start().await;
+    install_istio_like_crds(&cluster, scratch.path()).await;
+    let chart = chart();
+    let install = |extra: &'static [&'static str]| {
+        let mut args = vec![
+            "install",
+            "pilotfish",
+            chart.as_str(),
+            "--namespace",
+            NAMESPACE,
+            "--create-namespace",
+            "--wait",
+            "--timeout",
+            "120s",
+        ];
+        args.extend_from_slice(extra);
+        args
+    };
+    let refused = cluster.helm(&install(&[])).await;
+    assert!(!refused.success, "{}", refused.stdout);
+    assert!(refused.stderr.contains("conflict"), "{}", refused.stderr);
+    assert_istio_crds_untouched(&cluster).await;
+
+    cluster.helm_ok(&install(&["--skip-crds"])).await;
+    assert_istio_crds_untouched(&cluster).await;
+    assert_eq!(namespaced_objects(&cluster).await, default_objects());
+    cluster
+        .helm_ok(&[
+            "upgrade",
+            "pilotfish",
+            &chart,
+            "--namespace",
+            NAMESPACE,
+            "--set",
+            "xds.replicas=4",
+            "--wait",
+            "--timeout",
+            "120s",
+        ])
+        .await;
+    assert_istio_crds_untouched(&cluster).await;
+    cluster
+        .helm_ok(&["uninstall", "pilotfish", "--namespace", NAMESPACE, "--wait"])
+        .await;
+    assert_istio_crds_untouched(&cluster).await;
+
+    let cluster = Cluster::start().await;
+    install_istio_like_crds(&cluster, scratch.path()).await;
+    let manifests = workspace_root().join("manifests/pilotfish.yaml");
+    let out = cluster
+        .kubectl_ok(&["apply", "--server-side", "-f", manifests.to_str().unwrap()])
+        .await;
+    assert!(!out.contains("customresourcedefinition"), "{out}");
+    assert_istio_crds_untouched(&cluster).await;
+}

@@ -8,6 +8,7 @@ mod apiserver_helm;
 mod apiserver_kube;
 mod apiserver_kubectl;
 mod bus_redis;
+mod config_folder;
 mod controller_k8s;
 mod helm_chart;
 mod istio_crds;
