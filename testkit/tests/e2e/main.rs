@@ -7,6 +7,7 @@ mod apiserver_binary;
 mod apiserver_helm;
 mod apiserver_kube;
 mod apiserver_kubectl;
+mod apiserver_tokens;
 mod bus_redis;
 mod controller_k8s;
 mod helm_chart;
