@@ -119,6 +119,8 @@ pub enum CaError {
 pub struct CaBundle {
     pub(crate) issuer: Issuer<'static, KeyPair>,
     pub(crate) signing_not_after: i64,
+    /// When the first root expires (unix seconds).
+    root_not_after: i64,
     /// One PEM per certificate of the chain between a leaf and the root bundle.
     chain: Vec<String>,
     /// The root bundle as one PEM string (several roots during a rotation).
@@ -230,6 +232,7 @@ impl CaBundle {
             vec![pem::certificate_pem(&ca_der)]
         };
         let roots_pem: String = roots_der.iter().map(|c| pem::certificate_pem(c)).collect();
+        let root_not_after = parsed(&roots_der[0]).validity().not_after.timestamp();
         let issuer = Issuer::from_ca_cert_der(&ca_der, key).map_err(|e| CaError::Certificate {
             file: CA_CERT,
             index: 0,
@@ -238,6 +241,7 @@ impl CaBundle {
         Ok(CaBundle {
             issuer,
             signing_not_after: not_after,
+            root_not_after,
             chain,
             roots_pem,
             roots_der,
@@ -257,6 +261,11 @@ impl CaBundle {
     /// The certificates sent between a leaf and the roots, one PEM each.
     pub fn chain(&self) -> &[String] {
         &self.chain
+    }
+
+    /// When the first root of the bundle expires (unix seconds).
+    pub fn root_not_after(&self) -> i64 {
+        self.root_not_after
     }
 
     /// When the signing certificate expires (unix seconds); issued certificates never
