@@ -1,10 +1,13 @@
 //! Issuing certificates from a [`CaBundle`].
 //!
 //! Workload certificates follow Istio's CA: the CSR's signature is checked and its public
-//! key used, but **everything else in the CSR is ignored** — the SANs are replaced by the
-//! caller's authenticated identity (one URI SAN), the subject is empty (so the SAN is
-//! critical), key usage is digital signature + key encipherment, extended key usage
-//! server and client auth. The lifetime is the requested one (default when not positive),
+//! key used, and the certificate gets the caller's authenticated identity as its one URI
+//! SAN, an empty subject (so the SAN is critical), key usage digital signature + key
+//! encipherment, extended key usage server and client auth. The CSR's SANs are
+//! **checked, then replaced**: a CSR naming another SPIFFE identity (another namespace or
+//! service account, in any trust domain) is refused — Istio silently ignores it; a clear
+//! refusal tells the operator which workload asked for what — and everything else in it
+//! (DNS names, other URIs, the subject) is ignored. The lifetime is the requested one (default when not positive),
 //! refused above the maximum, and never beyond the signing certificate.
 
 use std::time::{Duration, SystemTime};
@@ -16,6 +19,7 @@ use rcgen::{
     SignatureAlgorithm,
 };
 use x509_parser::certification_request::X509CertificationRequest;
+use x509_parser::extensions::{GeneralName, ParsedExtension};
 use x509_parser::oid_registry::{
     OID_EC_P256, OID_KEY_TYPE_EC_PUBLIC_KEY, OID_NIST_EC_P384, OID_PKCS1_RSAENCRYPTION,
 };
@@ -55,6 +59,10 @@ pub enum IssueError {
         "the CSR's public key is {0}; the CA signs RSA (2048 to 8192 bits) and ECDSA P-256/P-384 keys"
     )]
     UnsupportedKey(String),
+    #[error(
+        "the CSR asks for identity {requested}, but the caller authenticated as {caller}; a workload can only obtain its own identity"
+    )]
+    OtherIdentity { requested: String, caller: String },
     #[error("requested TTL {requested}s is greater than the max allowed TTL {max}s")]
     TtlTooLong { requested: u64, max: u64 },
     #[error("the signing certificate expired (at unix {0}); rotate the CA")]
@@ -100,8 +108,9 @@ impl PublicKeyData for CsrKey {
     }
 }
 
-/// Parses and verifies a PEM CSR; returns its public key.
-fn csr_key(csr_pem: &str) -> Result<CsrKey, IssueError> {
+/// Parses and verifies a PEM CSR; returns its public key and the SPIFFE ids its SANs
+/// name.
+fn csr_key(csr_pem: &str) -> Result<(CsrKey, Vec<SpiffeId>), IssueError> {
     use rustls_pki_types::CertificateSigningRequestDer;
     use rustls_pki_types::pem::PemObject;
     let der = CertificateSigningRequestDer::from_pem_slice(csr_pem.as_bytes())
@@ -140,10 +149,27 @@ fn csr_key(csr_pem: &str) -> Result<CsrKey, IssueError> {
     // signatures of RSA keys under 2048 bits).
     csr.verify_signature()
         .map_err(|_| IssueError::CsrSignature)?;
-    Ok(CsrKey {
-        raw: spki.subject_public_key.data.to_vec(),
-        alg,
-    })
+    let requested = csr
+        .requested_extensions()
+        .into_iter()
+        .flatten()
+        .filter_map(|ext| match ext {
+            ParsedExtension::SubjectAlternativeName(san) => Some(san),
+            _ => None,
+        })
+        .flat_map(|san| san.general_names.iter())
+        .filter_map(|name| match name {
+            GeneralName::URI(uri) => uri.parse::<SpiffeId>().ok(),
+            _ => None,
+        })
+        .collect();
+    Ok((
+        CsrKey {
+            raw: spki.subject_public_key.data.to_vec(),
+            alg,
+        },
+        requested,
+    ))
 }
 
 /// The validity window for a certificate of `ttl` from `now`, clamped to the signer.
@@ -200,7 +226,15 @@ pub fn issue_workload(
     policy: &IssuePolicy,
     now: SystemTime,
 ) -> Result<Issued, IssueError> {
-    let key = csr_key(csr_pem)?;
+    let (key, requested) = csr_key(csr_pem)?;
+    if let Some(other) = requested.iter().find(|r| {
+        r.namespace != identity.namespace || r.service_account != identity.service_account
+    }) {
+        return Err(IssueError::OtherIdentity {
+            requested: other.to_string(),
+            caller: identity.to_string(),
+        });
+    }
     let ttl = if requested_ttl_seconds <= 0 {
         policy.default_ttl
     } else {

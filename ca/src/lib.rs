@@ -8,8 +8,8 @@
 //!
 //! - [`bundle`]: [`CaFiles`] (Istio's file names) → a verified [`CaBundle`]; a new
 //!   self-signed root ([`bundle::generate_self_signed`]).
-//! - [`issue`]: [`issue::issue_workload`] (CSR in, chain out, SANs replaced by the
-//!   caller's identity) and [`issue::issue_serving`].
+//! - [`issue`]: [`issue::issue_workload`] (CSR in, chain out; a CSR naming another
+//!   identity is refused, the certificate carries only the caller's) and [`issue::issue_serving`].
 //! - [`pem`]: certificate and key PEM handling, URI SANs of a certificate.
 //! - [`proto`]: `IstioCertificateRequest` / `IstioCertificateResponse`.
 

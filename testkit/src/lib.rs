@@ -6,7 +6,9 @@
 //! - [`redis`]: real `redis-server` processes (killable, restartable) and a cuttable TCP link;
 //! - [`grpc`]: gRPC's own xDS client and backend servers (Python `grpcio`);
 //! - [`mesh`]: the `reviews` mesh (Kubernetes YAML) the end-to-end tests route through;
-//! - [`process`]: Pilotfish's binaries as child processes, free ports, plain HTTP GETs.
+//! - [`process`]: Pilotfish's binaries as child processes, free ports, plain HTTP GETs;
+//! - [`secure`]: clients of the secure port — TLS channels, Istio's `CreateCertificate`,
+//!   CSRs and the certificate files gRPC reads.
 
 pub mod apiserver;
 pub mod balancer;
@@ -14,4 +16,5 @@ pub mod grpc;
 pub mod mesh;
 pub mod process;
 pub mod redis;
+pub mod secure;
 pub mod tools;

@@ -70,11 +70,17 @@ fn self_signed_bundle_is_its_own_root() {
 #[test]
 fn workload_certificate_carries_exactly_the_callers_identity() {
     let (_, ca) = self_signed();
-    // The caller asks for someone else's identity and a DNS name: both are ignored.
-    let request = csr(
-        &PKCS_ECDSA_P256_SHA256,
-        &["spiffe://cluster.local/ns/kube-system/sa/admin"],
-    );
+    // The CSR names the caller's own identity (as istio-agent's do) plus a DNS name and a
+    // common name: the certificate carries the identity alone.
+    let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+    let mut params = CertificateParams::new(vec!["reviews.bookinfo.svc".to_string()]).unwrap();
+    params.subject_alt_names.push(SanType::URI(
+        "spiffe://cluster.local/ns/bookinfo/sa/reviews"
+            .try_into()
+            .unwrap(),
+    ));
+    params.distinguished_name.push(DnType::CommonName, "admin");
+    let request = params.serialize_request(&key).unwrap().pem().unwrap();
     let issued =
         issue::issue_workload(&ca, &request, &reviews(), 0, &IssuePolicy::default(), now())
             .unwrap();
@@ -84,10 +90,14 @@ fn workload_certificate_carries_exactly_the_callers_identity() {
         ["spiffe://cluster.local/ns/bookinfo/sa/reviews"]
     );
     let (_, cert) = X509Certificate::from_der(&der).unwrap();
-    assert!(cert.subject().iter().next().is_none(), "empty subject");
+    assert!(
+        cert.subject().iter().next().is_none(),
+        "empty subject: {}",
+        cert.subject()
+    );
     let san = cert.subject_alternative_name().unwrap().unwrap();
     assert!(san.critical, "SAN is critical with an empty subject");
-    assert_eq!(san.value.general_names.len(), 1);
+    assert_eq!(san.value.general_names.len(), 1, "no DNS name from the CSR");
     assert!(!cert.is_ca());
     let eku = cert.extended_key_usage().unwrap().unwrap().value;
     assert!(eku.server_auth && eku.client_auth);
@@ -98,34 +108,62 @@ fn workload_certificate_carries_exactly_the_callers_identity() {
     assert_eq!(issued.response_chain.len(), 2);
     assert_eq!(issued.response_chain[0], issued.leaf_pem);
     assert_eq!(issued.response_chain[1], ca.roots_pem());
-}
-
-#[test]
-fn rsa_csr_with_other_sans_and_subject_gets_only_the_identity() {
-    let (_, ca) = self_signed();
-    let issued = issue::issue_workload(
+    // A CSR without SANs (what a plain client sends) gets the identity too.
+    let bare = issue::issue_workload(
         &ca,
-        &fixture("csr-rsa2048-other-identity.pem"),
+        &csr(&PKCS_ECDSA_P256_SHA256, &[]),
         &reviews(),
-        3600,
+        0,
         &IssuePolicy::default(),
         now(),
     )
     .unwrap();
-    let der = leaf(&issued);
     assert_eq!(
-        pem::uri_sans(&der),
+        pem::uri_sans(&leaf(&bare)),
         ["spiffe://cluster.local/ns/bookinfo/sa/reviews"]
     );
-    let (_, cert) = X509Certificate::from_der(&der).unwrap();
-    let names = &cert
-        .subject_alternative_name()
-        .unwrap()
-        .unwrap()
-        .value
-        .general_names;
-    assert_eq!(names.len(), 1, "no DNS name from the CSR: {names:?}");
-    assert!(!cert.subject().to_string().contains("admin"));
+}
+
+#[test]
+fn a_csr_for_another_identity_is_refused() {
+    let (_, ca) = self_signed();
+    for request in [
+        fixture("csr-rsa2048-other-identity.pem"),
+        csr(
+            &PKCS_ECDSA_P256_SHA256,
+            &[
+                "spiffe://cluster.local/ns/bookinfo/sa/reviews",
+                "spiffe://cluster.local/ns/bookinfo/sa/ratings",
+            ],
+        ),
+        // Another account is another workload, whatever the trust domain.
+        csr(
+            &PKCS_ECDSA_P256_SHA256,
+            &["spiffe://other.domain/ns/bookinfo/sa/admin"],
+        ),
+    ] {
+        let err =
+            issue::issue_workload(&ca, &request, &reviews(), 0, &IssuePolicy::default(), now())
+                .unwrap_err();
+        assert!(matches!(err, IssueError::OtherIdentity { .. }), "{err}");
+        assert!(
+            err.to_string()
+                .contains("spiffe://cluster.local/ns/bookinfo/sa/reviews")
+        );
+        assert!(err.is_caller_error());
+    }
+    // The same namespace and account under another trust domain (an alias) is the same
+    // workload: issued, in this CA's trust domain.
+    let alias = csr(
+        &PKCS_ECDSA_P256_SHA256,
+        &["spiffe://old.domain/ns/bookinfo/sa/reviews"],
+    );
+    let issued =
+        issue::issue_workload(&ca, &alias, &reviews(), 0, &IssuePolicy::default(), now()).unwrap();
+    assert_eq!(
+        pem::uri_sans(&leaf(&issued)),
+        ["spiffe://cluster.local/ns/bookinfo/sa/reviews"]
+    );
 }
 
 #[test]

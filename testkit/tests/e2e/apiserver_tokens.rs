@@ -25,11 +25,15 @@ where
 
 /// Namespace `ns`, service account `sa` and a Pod `pod` running as it.
 pub async fn workload(client: &kube::Client, ns: &str, sa: &str, pod: &str) -> Pod {
-    create(
-        &Api::<Namespace>::all(client.clone()),
-        json!({"metadata": {"name": ns}}),
-    )
-    .await;
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    match Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("create namespace {ns}: {e}"),
+    }
     create(
         &Api::<ServiceAccount>::namespaced(client.clone(), ns),
         json!({"metadata": {"name": sa}}),

@@ -13,6 +13,7 @@ mod controller_k8s;
 mod helm_chart;
 mod istio_crds;
 mod redis_e2e;
+mod secure_xds;
 mod support;
 mod xds_grpc;
 mod xds_lifecycle;

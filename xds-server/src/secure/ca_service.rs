@@ -1,6 +1,7 @@
 //! `istio.v1.auth.IstioCertificateService/CreateCertificate`: the CSR of an
-//! authenticated caller, signed for exactly the caller's identity (the CSR's own SANs
-//! and subject are ignored, as Istio's CA does), with the chain and the root bundle.
+//! authenticated caller, signed for exactly the caller's identity, with the chain and
+//! the root bundle. A CSR naming another SPIFFE identity is refused with
+//! `PERMISSION_DENIED`; its other SANs and subject are ignored (`pilotfish_ca::issue`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -27,6 +28,7 @@ pub struct CaService {
 fn reason(e: &IssueError) -> &'static str {
     match e {
         IssueError::TtlTooLong { .. } => "ttl",
+        IssueError::OtherIdentity { .. } => "identity",
         IssueError::SigningCertExpired(_) => "ca_expired",
         IssueError::Generate(_) => "internal",
         _ => "csr",
@@ -77,7 +79,9 @@ impl CaService {
                     .inc();
                 warn!(identity = %identity, error = %e, "CSR refused");
                 let message = format!("CSR signing error ({e})");
-                Err(if e.is_caller_error() {
+                Err(if matches!(e, IssueError::OtherIdentity { .. }) {
+                    Status::permission_denied(message)
+                } else if e.is_caller_error() {
                     Status::invalid_argument(message)
                 } else {
                     Status::internal(message)

@@ -31,7 +31,7 @@ pub static CSR_SIGN_ERRORS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         Opts::new(
             "citadel_server_csr_sign_err_count",
-            "CreateCertificate requests that issued nothing, by reason (csr, ttl, ca_not_ready, ca_expired, internal)."
+            "CreateCertificate requests that issued nothing, by reason (csr, identity, ttl, ca_not_ready, ca_expired, internal)."
         ),
         &["reason"]
     )
