@@ -284,6 +284,7 @@ impl Replica {
                 identity: identity.into(),
                 timings,
             },
+            ca_root: None,
         };
         let mut tasks = JoinSet::new();
         for (name, task) in mode.tasks(
