@@ -1,10 +1,9 @@
 //! Clients of the secure port (15012) for tests: a TLS channel that trusts the mesh root
 //! (optionally presenting a mesh certificate), Istio's `CreateCertificate` with or
-//! without a service-account token, a CSR with a fresh key, and the certificate files
-//! gRPC's `certificate_providers` file watcher (and `tls` channel credentials) read.
+//! without a service-account token, and a CSR with a fresh key. (gRPC's Python client
+//! obtains certificate files with `grpc::istio_ca_client`.)
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
 
 use pilotfish_ca::proto::{
@@ -91,21 +90,4 @@ pub fn key_and_csr(uri_sans: &[&str]) -> (String, String) {
         .and_then(|c| c.pem())
         .expect("serialize CSR");
     (key.serialize_pem(), csr)
-}
-
-/// Writes what gRPC's file-watcher certificate provider reads: `cert-chain.pem` (leaf
-/// and chain), `key.pem`, `root-cert.pem` (the last element of the CA's response).
-pub fn write_certificate_files(
-    dir: &Path,
-    response: &IstioCertificateResponse,
-    key_pem: &str,
-) -> std::io::Result<()> {
-    let (root, chain) = response
-        .cert_chain
-        .split_last()
-        .ok_or_else(|| std::io::Error::other("empty certificate chain"))?;
-    std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("cert-chain.pem"), chain.concat())?;
-    std::fs::write(dir.join("key.pem"), key_pem)?;
-    std::fs::write(dir.join("root-cert.pem"), root)
 }

@@ -15,7 +15,7 @@ use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use pilotfish_ca::bundle;
 use pilotfish_ca::pem;
-use pilotfish_testkit::grpc::XdsClient;
+use pilotfish_testkit::grpc::{XdsClient, istio_ca_client};
 use pilotfish_testkit::mesh::reviews_target;
 use pilotfish_testkit::process::XdsServer;
 use pilotfish_testkit::secure::{self, channel, create_certificate, key_and_csr, with_token};
@@ -228,25 +228,28 @@ async fn ca_and_ads_on_the_secure_port() {
     .unwrap();
     assert_eq!(refused_streams, 1.0);
 
-    // --- Expiry: a fresh token an hour and a minute later (the API server's clock).
-    let fresh = token_for(&["istio-ca"]).await;
-    cluster
-        .server
-        .advance_token_clock(Duration::from_secs(3600 + 61));
-    let expired = create_certificate(ch.clone(), Some(&fresh), &csr, 0)
-        .await
-        .unwrap_err();
-    assert_eq!(expired.code(), tonic::Code::Unauthenticated);
-    assert!(
-        expired.message().contains("has expired"),
-        "{}",
-        expired.message()
-    );
-
-    // --- gRPC's own xDS client over the secure port with the issued certificate.
+    // --- gRPC's Python client obtains a certificate with a token (ssl channel
+    // credentials + call credentials), then gRPC's own xDS client uses those files over
+    // the secure port.
     let certs = tempfile::tempdir().unwrap();
-    secure::write_certificate_files(certs.path(), &issued, &key).unwrap();
-    let file = |name: &str| certs.path().join(name).display().to_string();
+    let token_file = certs.path().join("istio-token");
+    std::fs::write(&token_file, token_for(&["istio-ca"]).await).unwrap();
+    let root_file = certs.path().join("mesh-root.pem");
+    std::fs::write(&root_file, &root).unwrap();
+    let out = certs.path().join("workload");
+    let obtained = tokio::task::block_in_place(|| {
+        istio_ca_client(
+            &secure_addr.to_string(),
+            secure::SERVER_NAME,
+            &root_file,
+            &token_file,
+            &out,
+            7200,
+        )
+    })
+    .unwrap();
+    assert_eq!(obtained["identity"], IDENTITY, "{obtained}");
+    let file = |name: &str| out.join(name).display().to_string();
     let bootstrap = json!({
         "xds_servers": [{
             "server_uri": format!("{}:{}", secure::SERVER_NAME, secure_addr.port()),
@@ -274,4 +277,18 @@ async fn ca_and_ads_on_the_secure_port() {
             .collect();
         assert!(identities.contains(&IDENTITY), "{adsz}");
     });
+    // --- Expiry: a fresh token an hour and a minute later (the API server's clock).
+    let fresh = token_for(&["istio-ca"]).await;
+    cluster
+        .server
+        .advance_token_clock(Duration::from_secs(3600 + 61));
+    let expired = create_certificate(ch.clone(), Some(&fresh), &csr, 0)
+        .await
+        .unwrap_err();
+    assert_eq!(expired.code(), tonic::Code::Unauthenticated);
+    assert!(
+        expired.message().contains("has expired"),
+        "{}",
+        expired.message()
+    );
 }
