@@ -2,7 +2,8 @@
 //! the first `--ca-dir` folder holding a `ca-key.pem` (in the chart: the plugged-in
 //! `cacerts`, else the self-signed `istio-ca-secret`), verified ([`CaBundle::load`]),
 //! plus a serving certificate for `--serving-dns-names` issued from it and the rustls
-//! configuration that presents it and verifies client certificates against the roots.
+//! configuration that presents it and verifies client certificates against the roots
+//! ([`server_config`]: client certificates optional, ALPN `h2`).
 //!
 //! [`run`] re-reads the folders every `reload_every`: a changed Secret (kubelet swaps the
 //! mounted files) or a serving certificate past half its life gives a new [`Authority`];
@@ -18,8 +19,12 @@ use pilotfish_ca::{CaBundle, CaError, CaFiles, IssueError};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
+use rustls::RootCertStore;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+
 use super::metrics;
-use super::tls;
 
 /// What the secure port currently signs and serves with.
 pub struct Authority {
@@ -126,7 +131,7 @@ pub fn build(
     })?;
     let serving: ServingCert =
         issue::issue_serving(&bundle, &config.dns_names, config.serving_ttl, now)?;
-    let tls = tls::server_config(&bundle, &serving).map_err(AuthorityError::Tls)?;
+    let tls = server_config(&bundle, &serving).map_err(AuthorityError::Tls)?;
     let serving_not_before = pilotfish_ca_unix(now);
     Ok(Authority {
         bundle,
@@ -205,4 +210,38 @@ pub async fn run(
         }
         tokio::time::sleep(config.reload_every).await;
     }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The server configuration for one authority.
+pub fn server_config(
+    bundle: &CaBundle,
+    serving: &ServingCert,
+) -> Result<rustls::ServerConfig, String> {
+    let mut roots = RootCertStore::empty();
+    for root in bundle.roots_der() {
+        roots
+            .add(root.clone())
+            .map_err(|e| format!("root certificate: {e}"))?;
+    }
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| format!("client verifier: {e}"))?;
+    let chain = CertificateDer::pem_slice_iter(serving.chain_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("serving chain: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(serving.key_pem.as_bytes())
+        .map_err(|e| format!("serving key: {e}"))?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .map_err(|e| format!("serving certificate: {e}"))?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(config)
 }

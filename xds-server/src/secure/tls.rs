@@ -1,18 +1,13 @@
-//! TLS of the secure port: the rustls configuration built from an authority (serving
-//! chain and key; client certificates optional, verified against the mesh roots; ALPN
-//! `h2`) and the [`TlsTransport`] the listener runs each connection through, which puts
-//! the verified client chain into every request as [`PeerCertificates`].
+//! TLS of the secure port: the `TlsTransport` the listener runs each connection
+//! through, with the current authority's rustls configuration
+//! (`authority::server_config`), which puts the verified client chain into every
+//! request as [`PeerCertificates`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pilotfish_ca::CaBundle;
-use pilotfish_ca::issue::ServingCert;
-use rustls::RootCertStore;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
+use rustls::pki_types::CertificateDer;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
@@ -25,40 +20,6 @@ use crate::ads::Transport;
 /// mesh roots during the handshake. Absent when the client sent none.
 #[derive(Clone, Debug)]
 pub struct PeerCertificates(pub Arc<Vec<CertificateDer<'static>>>);
-
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// The server configuration for one authority.
-pub fn server_config(
-    bundle: &CaBundle,
-    serving: &ServingCert,
-) -> Result<rustls::ServerConfig, String> {
-    let mut roots = RootCertStore::empty();
-    for root in bundle.roots_der() {
-        roots
-            .add(root.clone())
-            .map_err(|e| format!("root certificate: {e}"))?;
-    }
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-        .allow_unauthenticated()
-        .build()
-        .map_err(|e| format!("client verifier: {e}"))?;
-    let chain = CertificateDer::pem_slice_iter(serving.chain_pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("serving chain: {e}"))?;
-    let key = PrivateKeyDer::from_pem_slice(serving.key_pem.as_bytes())
-        .map_err(|e| format!("serving key: {e}"))?;
-    let mut config = rustls::ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(chain, key)
-        .map_err(|e| format!("serving certificate: {e}"))?;
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(config)
-}
 
 /// TLS over each accepted connection, with the current authority's configuration.
 #[derive(Clone)]
