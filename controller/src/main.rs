@@ -123,6 +123,14 @@ struct RunArgs {
     /// How long the leader keeps leading without a successful renewal.
     #[arg(long, env = "PILOTFISH_RENEW_DEADLINE", default_value = "10s")]
     renew_deadline: api::Duration,
+    /// Manage the mesh CA (leader only): use the plugged-in `cacerts` Secret of the
+    /// Lease namespace, else create `istio-ca-secret` with a self-signed root when
+    /// missing, and publish the root as ConfigMap `istio-ca-root-cert` in every namespace.
+    #[arg(long, env = "PILOTFISH_MANAGE_CA")]
+    manage_ca: bool,
+    /// Trust domain (meshConfig.trustDomain): the organization of a self-signed root.
+    #[arg(long, env = "PILOTFISH_TRUST_DOMAIN", default_value = "cluster.local")]
+    trust_domain: String,
     /// Interval between Lease renewals and between attempts.
     #[arg(long, env = "PILOTFISH_RETRY_PERIOD", default_value = "2s")]
     retry_period: api::Duration,
@@ -238,7 +246,13 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 })
                 .unwrap_or_else(|| "istio-system".to_string());
             let identity = unique_identity(&replica);
+            let ca_root = args.manage_ca.then(|| k8s::ca_root::CaRootConfig {
+                namespace: lease_namespace.clone(),
+                trust_domain: args.trust_domain.clone(),
+                recheck_every: k8s::ca_root::RECHECK_CA_EVERY,
+            });
             let mode = k8s::KubeMode {
+                ca_root,
                 client,
                 base,
                 debounce_after: args.debounce_after.as_std(),

@@ -67,6 +67,45 @@ fn read_line(
     Ok(line)
 }
 
+/// Runs `testkit/python/istio_ca_client.py`: a CSR sent to Istio's CA API at `ca` over
+/// TLS (`grpc.ssl_channel_credentials` trusting `root`, verified as `server_name`) with the
+/// token in `token_file` as call credentials; the certificate files land in `out`.
+/// Returns the script's JSON line (`identity`, `chain`; or `error`, `message`).
+pub fn istio_ca_client(
+    ca: &str,
+    server_name: &str,
+    root: &Path,
+    token_file: &Path,
+    out: &Path,
+    ttl_seconds: u64,
+) -> Result<Value, GrpcHarnessError> {
+    let output = Command::new(python()?)
+        .arg(script("istio_ca_client.py"))
+        .args(["--ca-address", ca, "--server-name", server_name])
+        .arg("--root")
+        .arg(root)
+        .arg("--token")
+        .arg(token_file)
+        .arg("--out")
+        .arg(out)
+        .args(["--ttl", &ttl_seconds.to_string()])
+        .env(
+            "GRPC_VERBOSITY",
+            std::env::var("GRPC_VERBOSITY").unwrap_or_else(|_| "ERROR".into()),
+        )
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|source| GrpcHarnessError::Spawn {
+            what: "Istio CA client",
+            source,
+        })?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    serde_json::from_str(stdout.trim()).map_err(|e| GrpcHarnessError::Protocol {
+        what: "Istio CA client",
+        detail: format!("{e}: {stdout}"),
+    })
+}
+
 /// Backend gRPC servers answering `/pilotfish.test.Echo/Who` with their name.
 pub struct GrpcBackends {
     child: Child,

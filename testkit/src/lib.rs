@@ -8,6 +8,8 @@
 //! - [`mesh`]: the `reviews` mesh (Kubernetes YAML) the end-to-end tests route through;
 //! - [`process`]: Pilotfish's binaries as child processes, free ports, plain HTTP GETs;
 //! - [`keys`]: the tests' snapshot signing key, as values and as files.
+//! - [`secure`]: clients of the secure port — TLS channels, Istio's `CreateCertificate`,
+//!   CSRs and the certificate files gRPC reads.
 
 pub mod apiserver;
 pub mod balancer;
@@ -16,4 +18,5 @@ pub mod keys;
 pub mod mesh;
 pub mod process;
 pub mod redis;
+pub mod secure;
 pub mod tools;

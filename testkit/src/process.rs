@@ -219,6 +219,32 @@ impl XdsServer {
         Self::start(name, &args)
     }
 
+    /// Standalone mode with the secure port on as well (TLS, authenticated ADS, Istio's
+    /// CA) on a free port, signing with the CA in `ca_dir` (Istio's file layout), serving
+    /// as [`crate::secure::SERVER_NAME`] and reviewing tokens with the API server of
+    /// `kubeconfig`. Returns the server and the secure port's address.
+    pub fn standalone_secure(
+        name: &str,
+        config_dir: &Path,
+        ca_dir: &Path,
+        kubeconfig: &Path,
+    ) -> Result<(Self, SocketAddr), ProcessError> {
+        let secure: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let args = [
+            "--config-dir".to_string(),
+            config_dir.display().to_string(),
+            "--secure-xds-addr".to_string(),
+            secure.to_string(),
+            "--ca-dir".to_string(),
+            ca_dir.display().to_string(),
+            "--serving-dns-names".to_string(),
+            crate::secure::SERVER_NAME.to_string(),
+        ];
+        let kubeconfig = kubeconfig.display().to_string();
+        let server = Self::start_with_env(name, &args, &[("KUBECONFIG", kubeconfig.as_str())])?;
+        Ok((server, secure))
+    }
+
     /// Following Redis at `url`, verifying with the tests' key ([`crate::keys`]); returns
     /// once `/readyz` answers 200 (a snapshot is loaded).
     pub fn following(name: &str, url: &str, extra: &[&str]) -> Result<Self, ProcessError> {
@@ -243,7 +269,15 @@ impl XdsServer {
     }
 
     fn start(name: &str, source: &[String]) -> Result<Self, ProcessError> {
-        let mut process = Self::spawn(name, source)?;
+        Self::start_with_env(name, source, &[])
+    }
+
+    fn start_with_env(
+        name: &str,
+        source: &[String],
+        envs: &[(&str, &str)],
+    ) -> Result<Self, ProcessError> {
+        let mut process = Self::spawn_with_env(name, source, envs)?;
         process
             .process
             .wait_http_ok(process.admin, "/readyz", Duration::from_secs(60))?;
@@ -251,6 +285,14 @@ impl XdsServer {
     }
 
     fn spawn(name: &str, source: &[String]) -> Result<Self, ProcessError> {
+        Self::spawn_with_env(name, source, &[])
+    }
+
+    fn spawn_with_env(
+        name: &str,
+        source: &[String],
+        envs: &[(&str, &str)],
+    ) -> Result<Self, ProcessError> {
         let xds: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let mut args = vec![
@@ -262,7 +304,7 @@ impl XdsServer {
             name.to_string(),
         ];
         args.extend(source.iter().cloned());
-        let process = ChildProcess::spawn(name, &binary("pilotfish-xds")?, &args, &[])?;
+        let process = ChildProcess::spawn(name, &binary("pilotfish-xds")?, &args, envs)?;
         Ok(XdsServer {
             process,
             xds,

@@ -5,6 +5,11 @@
 //!   ([`ads::XdsSnapshot`], [`ads::Resource`]); also the registry of open streams
 //!   (`/debug/adsz`, `/debug/syncz`) and push admission.
 //! - [`node`]: Istio node id and metadata → [`pilotfish_mesh::model::Proxy`].
+//! - [`identity`]: the authenticated caller of a secure-port request and Istio's rule
+//!   for which node it may claim.
+//! - [`secure`]: the secure port (15012): TLS with a serving certificate from the CA,
+//!   authentication (service-account tokens, client certificates), Istio's CA service
+//!   `CreateCertificate`, and ADS for authenticated streams.
 //! - [`metrics`]: the Prometheus metrics, under Istio's names.
 //! - [`feed`]: bus follower → generated snapshots → the engine, with the push history.
 //! - [`admin`]: the admin HTTP server and its debug pages.
@@ -16,5 +21,7 @@ pub mod admin;
 pub mod ads;
 pub mod feed;
 pub mod generate;
+pub mod identity;
 pub mod metrics;
 pub mod node;
+pub mod secure;

@@ -1,5 +1,6 @@
 //! `pilotfish-xds`: serves ADS (state-of-the-world and delta) to Envoy sidecars and
-//! proxyless gRPC clients on port 15010, from one of two sources:
+//! proxyless gRPC clients — on the plaintext port 15010 and, with a CA, on the secure
+//! port 15012 (TLS, authenticated streams, Istio's CA API) — from one of two sources:
 //!
 //! - `--redis-url URL`: follow the snapshots the controller publishes (the scaled-out tier),
 //!   serving only blobs signed by a key in `--verify-keys`;
@@ -18,6 +19,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
+use pilotfish_ca::IssuePolicy;
 use pilotfish_mesh::api;
 use pilotfish_mesh::codec::{self, VerifyKeys};
 use pilotfish_mesh::push_context::{BuildInputs, PushContext};
@@ -32,9 +34,14 @@ use pilotfish_shared::supervise::{Supervisor, run_main};
 use pilotfish_shared::telemetry::{self, LogFormat};
 use pilotfish_xds::admin::{self, AdminContext};
 use pilotfish_xds::ads::ConnectionRegistry;
-use pilotfish_xds::ads::{self, AdsConfig, ConnectionPolicy};
+use pilotfish_xds::ads::{self, AdsConfig, AdsServer, ConnectionPolicy};
 use pilotfish_xds::feed::{self, FeedState};
 use pilotfish_xds::metrics;
+use pilotfish_xds::secure::authn::Authenticator;
+use pilotfish_xds::secure::authority::AuthorityConfig;
+use pilotfish_xds::secure::ca_service::CaService;
+use pilotfish_xds::secure::review::{KubeTokenReviewer, TokenReviewer};
+use pilotfish_xds::secure::{self, authority};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -45,9 +52,48 @@ use tokio_util::sync::CancellationToken;
     about = "Pilotfish xDS server (ADS for Envoy and proxyless gRPC)"
 )]
 struct Cli {
-    /// ADS gRPC address.
+    /// Plaintext ADS gRPC address: unauthenticated (any client may claim any namespace),
+    /// for standalone and local use. `off` disables it.
     #[arg(long, env = "PILOTFISH_XDS_ADDR", default_value = "0.0.0.0:15010")]
-    xds_addr: SocketAddr,
+    xds_addr: ListenAddr,
+    /// Secure port (istiod's 15012): TLS with a serving certificate from the CA, every
+    /// stream authenticated (service-account token or mesh client certificate), ADS and
+    /// Istio's CA API `CreateCertificate`. `off` disables it; needs --ca-dir.
+    #[arg(long, env = "PILOTFISH_SECURE_XDS_ADDR", default_value = "off")]
+    secure_xds_addr: ListenAddr,
+    /// Folders with the CA in Istio's layout (ca-cert.pem, ca-key.pem, cert-chain.pem,
+    /// root-cert.pem), in order of preference: the first holding a ca-key.pem signs
+    /// (e.g. the plugged-in `cacerts`, then `istio-ca-secret`). Re-read every 10 s.
+    #[arg(long, env = "PILOTFISH_CA_DIR", value_delimiter = ',')]
+    ca_dir: Vec<PathBuf>,
+    /// Trust domain of issued identities (spiffe://<trust domain>/ns/<ns>/sa/<sa>):
+    /// meshConfig.trustDomain.
+    #[arg(long, env = "PILOTFISH_TRUST_DOMAIN", default_value = "cluster.local")]
+    trust_domain: String,
+    /// DNS names of the secure port's serving certificate: the Service names proxies dial
+    /// (e.g. pilotfish-xds.pilotfish-system.svc, istiod.istio-system.svc).
+    #[arg(
+        long,
+        env = "PILOTFISH_SERVING_DNS_NAMES",
+        value_delimiter = ',',
+        default_value = "localhost"
+    )]
+    serving_dns_names: Vec<String>,
+    /// Lifetime of workload certificates when the CSR asks for none (Istio's
+    /// DEFAULT_WORKLOAD_CERT_TTL).
+    #[arg(long, env = "PILOTFISH_WORKLOAD_CERT_TTL", default_value = "24h")]
+    workload_cert_ttl: api::Duration,
+    /// Longest lifetime a CSR may ask for (Istio's MAX_WORKLOAD_CERT_TTL).
+    #[arg(long, env = "PILOTFISH_MAX_WORKLOAD_CERT_TTL", default_value = "2160h")]
+    max_workload_cert_ttl: api::Duration,
+    /// Audiences a service-account token must carry (Istio's TOKEN_AUDIENCES).
+    #[arg(
+        long,
+        env = "PILOTFISH_TOKEN_AUDIENCES",
+        value_delimiter = ',',
+        default_value = "istio-ca"
+    )]
+    token_audiences: Vec<String>,
     /// Admin HTTP address (/metrics, /healthz, /readyz, /debug/*).
     #[arg(long, env = "PILOTFISH_ADMIN_ADDR", default_value = "0.0.0.0:15014")]
     admin_addr: SocketAddr,
@@ -114,6 +160,21 @@ struct Cli {
     /// Log format.
     #[arg(long, env = "PILOTFISH_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
+}
+
+/// A listen address, or `off`.
+#[derive(Clone, Copy, Debug)]
+struct ListenAddr(Option<SocketAddr>);
+
+impl std::str::FromStr for ListenAddr {
+    type Err = std::net::AddrParseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.eq_ignore_ascii_case("off") {
+            Ok(ListenAddr(None))
+        } else {
+            s.parse().map(|a| ListenAddr(Some(a)))
+        }
+    }
 }
 
 /// Logs the standalone folder's publishes (the in-memory bus never fails or fences).
@@ -196,13 +257,29 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Ok::<(), anyhow::Error>(())
     });
 
-    let xds_listener = TcpListener::bind(cli.xds_addr)
-        .await
-        .with_context(|| format!("cannot listen on {}", cli.xds_addr))?;
-    let admin_listener = TcpListener::bind(cli.admin_addr)
-        .await
-        .with_context(|| format!("cannot listen on {}", cli.admin_addr))?;
-    let (xds_at, admin_at) = (xds_listener.local_addr()?, admin_listener.local_addr()?);
+    let bind = |addr: SocketAddr| async move {
+        TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))
+    };
+    let xds_listener = match cli.xds_addr.0 {
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
+    };
+    let secure_listener = match cli.secure_xds_addr.0 {
+        Some(_) if cli.ca_dir.is_empty() => {
+            bail!("--secure-xds-addr needs --ca-dir (the CA that signs and serves)")
+        }
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
+    };
+    if xds_listener.is_none() && secure_listener.is_none() {
+        bail!("both ADS ports are off: give --xds-addr or --secure-xds-addr");
+    }
+    let admin_listener = bind(cli.admin_addr).await?;
+    let local = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
+    let (xds_at, secure_at) = (local(&xds_listener), local(&secure_listener));
+    let admin_at = admin_listener.local_addr()?;
     let config = AdsConfig {
         replica_name: replica.clone(),
         push_concurrency: cli.push_concurrency,
@@ -220,12 +297,58 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     // Shutdown order: the ADS drain (a child of the process's root token) first, the
     // admin server (the root) last, so /readyz reports the drain while it runs.
     let ads_drain = tasks.shutdown_token().child_token();
-    let ads_drained = CancellationToken::new();
-    let (reg, drain, drained) = (registry.clone(), ads_drain.clone(), ads_drained.clone());
-    tasks.spawn("ADS server", async move {
-        let _drained_on_exit = drained.drop_guard();
-        ads::serve(xds_listener, engine_rx, reg, config, drain).await
-    });
+    let mut drained = Vec::new();
+    if let Some(listener) = xds_listener {
+        let done = CancellationToken::new();
+        drained.push(done.clone());
+        let (reg, drain, config) = (registry.clone(), ads_drain.clone(), config.clone());
+        let snapshots = engine_rx.clone();
+        tasks.spawn("ADS server", async move {
+            let _drained_on_exit = done.drop_guard();
+            ads::serve(listener, snapshots, reg, config, drain).await
+        });
+    }
+    if let Some(listener) = secure_listener {
+        let (authorities_tx, authorities) = tokio::sync::watch::channel(None);
+        let authority = AuthorityConfig {
+            ca_dirs: cli.ca_dir.clone(),
+            dns_names: cli.serving_dns_names.clone(),
+            serving_ttl: Duration::from_secs(24 * 3600),
+            reload_every: Duration::from_secs(10),
+        };
+        tasks.spawn_background("CA loader", authority::run(authority, authorities_tx));
+        let reviewer = token_reviewer().await;
+        let authn = Arc::new(Authenticator::new(
+            cli.trust_domain.clone(),
+            cli.token_audiences.clone(),
+            reviewer,
+        ));
+        let ca = CaService {
+            authorities,
+            policy: IssuePolicy {
+                default_ttl: cli.workload_cert_ttl.as_std(),
+                max_ttl: cli.max_workload_cert_ttl.as_std(),
+            },
+        };
+        let done = CancellationToken::new();
+        drained.push(done.clone());
+        let server = AdsServer::new(
+            engine_rx.clone(),
+            registry.clone(),
+            config.clone(),
+            ads_drain.clone(),
+        );
+        let (drain, policy, grace) = (
+            ads_drain.clone(),
+            config.connections.clone(),
+            config.drain_grace,
+        );
+        tasks.spawn("secure ADS and CA server", async move {
+            let _drained_on_exit = done.drop_guard();
+            secure::serve(listener, server, ca, authn, policy, drain, grace).await;
+            Ok::<(), anyhow::Error>(())
+        });
+    }
     let follower_for_admin = follower.clone();
     let admin_ctx = AdminContext {
         registry,
@@ -239,11 +362,12 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         admin::serve(admin_listener, admin_ctx, admin_stop).await
     });
 
-    tracing::info!(replica = %replica, xds = %xds_at, admin = %admin_at, "pilotfish-xds listening");
+    tracing::info!(replica = %replica, xds = ?xds_at, secure = ?secure_at, admin = %admin_at, "pilotfish-xds listening");
     if let Some(dir) = &cli.config_dir {
         eprintln!(
             "\npilotfish-xds (standalone) is serving {dir}\n  ADS (gRPC):  {xds_at}\n  admin HTTP:  http://{admin_at}/debug/adsz  (also /readyz, /metrics, /debug/syncz, /debug/config_dump?proxyID=...)\n  Envoy:       envoy -c docs/envoy-bootstrap.yaml\n  gRPC client: GRPC_XDS_BOOTSTRAP=docs/grpc-xds-bootstrap.json, dial xds:///reviews.default.svc.cluster.local:9080\n",
-            dir = dir.display()
+            dir = dir.display(),
+            xds_at = xds_at.map_or_else(|| "off".to_string(), |a| a.to_string()),
         );
     }
 
@@ -251,7 +375,12 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     // Drain: not ready any more, stop accepting, end connections spread over the grace
     // so clients reconnect to other replicas; the admin server stays up meanwhile.
     ads_drain.cancel();
-    let _ = tokio::time::timeout(shutdown_budget, ads_drained.cancelled()).await;
+    let _ = tokio::time::timeout(shutdown_budget, async {
+        for done in &drained {
+            done.cancelled().await;
+        }
+    })
+    .await;
     // Then everything else, the admin server last.
     tasks.shutdown(Duration::from_secs(2)).await;
     Ok(code)
@@ -269,6 +398,24 @@ fn arc_decoder(
             value: Arc::new(v.value),
             hash: v.hash,
         })
+    }
+}
+
+/// TokenReview through the cluster the process runs in (or KUBECONFIG); `None` — and
+/// tokens refused, certificates still accepted — when there is none.
+async fn token_reviewer() -> Option<Arc<dyn TokenReviewer>> {
+    match kube::Config::infer().await {
+        Ok(config) => match kube::Client::try_from(config) {
+            Ok(client) => Some(Arc::new(KubeTokenReviewer::new(client))),
+            Err(e) => {
+                tracing::warn!(error = %e, "secure port: cannot build a Kubernetes client; service-account tokens will be refused");
+                None
+            }
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "secure port: no Kubernetes API (in-cluster or KUBECONFIG); service-account tokens will be refused, client certificates still authenticate");
+            None
+        }
     }
 }
 

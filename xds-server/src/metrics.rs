@@ -121,13 +121,15 @@ pub static ADS_CONNECTIONS_ENDED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("register pilotfish_xds_connections_ended_total")
 });
 
-/// `pilotfish_xds_streams_refused_total{reason}`: new ADS streams refused with
-/// `UNAVAILABLE` (`rate_limit`, `draining`) so the client retries another replica.
+/// `pilotfish_xds_streams_refused_total{reason}`: new ADS streams refused — with
+/// `UNAVAILABLE` (`rate_limit`, `draining`) so the client retries another replica, or with
+/// `PERMISSION_DENIED` (`unauthorized_node`: the node claims a namespace or service
+/// account its authenticated identity does not have).
 pub static STREAMS_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         Opts::new(
             "pilotfish_xds_streams_refused_total",
-            "New ADS streams refused with UNAVAILABLE, by reason (rate_limit, draining)."
+            "New ADS streams refused, by reason (rate_limit, draining: UNAVAILABLE; unauthorized_node: PERMISSION_DENIED)."
         ),
         &["reason"]
     )
@@ -148,6 +150,7 @@ pub fn register_all() {
     LazyLock::force(&ADS_CONNECTIONS_ENDED);
     LazyLock::force(&STREAMS_REFUSED);
     crate::generate::metrics::register_all();
+    crate::secure::metrics::register_all();
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Turns the `Node` of a stream's first request into a [`Proxy`], following Istio's
 //! conventions: id `sidecar~<ip>~<pod>.<ns>~<ns>.svc.cluster.local` (or `router~…`),
-//! metadata `NAMESPACE`, `LABELS`, `CLUSTER_ID`, `ISTIO_VERSION`, `INSTANCE_IPS` and
-//! `GENERATOR` (`grpc` selects proxyless output). A gRPC client is also recognised by its
+//! metadata `NAMESPACE`, `LABELS`, `CLUSTER_ID`, `ISTIO_VERSION`, `INSTANCE_IPS`,
+//! `SERVICE_ACCOUNT` and `GENERATOR` (`grpc` selects proxyless output). A gRPC client is also recognised by its
 //! `user_agent_name` (`gRPC …`) or its `xds.config.resource-in-sotw` client feature.
 //! Where metadata and id both say something, metadata wins. A node id that does not
 //! follow the conventions is accepted with defaults (namespace `default`, no labels);
@@ -142,6 +142,9 @@ fn apply_metadata(proxy: &mut Proxy, metadata: &Struct) {
     if let Some(cluster_id) = get("CLUSTER_ID") {
         proxy.cluster_id = Some(cluster_id);
     }
+    if let Some(account) = get("SERVICE_ACCOUNT") {
+        proxy.service_account = Some(account);
+    }
     if let Some(version) = get("ISTIO_VERSION") {
         proxy.istio_version = Some(version);
     }
@@ -264,6 +267,7 @@ mod tests {
                 ("CLUSTER_ID", s("Kubernetes")),
                 ("ISTIO_VERSION", s("1.24.0")),
                 ("INSTANCE_IPS", s("10.9.9.9,fd00::9")),
+                ("SERVICE_ACCOUNT", s("reviews")),
             ],
         )))
         .unwrap()
@@ -274,6 +278,7 @@ mod tests {
         assert_eq!(p.cluster_id.as_deref(), Some("Kubernetes"));
         assert_eq!(p.istio_version.as_deref(), Some("1.24.0"));
         assert_eq!(p.ips.len(), 2);
+        assert_eq!(p.service_account.as_deref(), Some("reviews"));
     }
 
     #[test]

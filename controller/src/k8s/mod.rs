@@ -14,6 +14,7 @@
 //! Lease election ──Leadership──────┘ (and to the status writer: the claim check)
 //! ```
 
+pub mod ca_root;
 pub mod conductor;
 pub mod decode;
 pub mod lease;
@@ -57,6 +58,8 @@ pub struct KubeMode {
     pub debounce_after: Duration,
     pub debounce_max: Duration,
     pub lease: LeaseConfig,
+    /// The mesh CA's Secret and root ConfigMaps (leader only); `None`: not managed.
+    pub ca_root: Option<ca_root::CaRootConfig>,
 }
 
 impl std::fmt::Debug for KubeMode {
@@ -153,7 +156,7 @@ impl KubeMode {
         ));
         let writer = StatusWriter::new(
             client.clone(),
-            EventSink::new(client, &self.lease.identity),
+            EventSink::new(client.clone(), &self.lease.identity),
             leadership_rx.clone(),
             jobs_rx,
         );
@@ -164,6 +167,16 @@ impl KubeMode {
                 async move { writer.run().await.map_err(Into::into) }.boxed(),
             ),
         ));
+        if let Some(config) = self.ca_root.clone() {
+            let (client, leadership) = (client.clone(), leadership_rx.clone());
+            tasks.push((
+                "CA root publisher",
+                until_shutdown(
+                    shutdown.clone(),
+                    ca_root::run(client, config, leadership).boxed(),
+                ),
+            ));
+        }
         let mode_loop = ModeLoop {
             identity: self.lease.identity.clone(),
             lease_name: format!("{}/{}", self.lease.namespace, self.lease.name),

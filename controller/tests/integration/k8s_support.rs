@@ -314,6 +314,7 @@ impl Replica {
                 identity: identity.into(),
                 timings,
             },
+            ca_root: None,
         };
         let mut tasks = JoinSet::new();
         let (mode_tasks, _claim) = mode.tasks(

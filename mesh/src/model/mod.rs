@@ -2,6 +2,7 @@
 //! of where it came from (Kubernetes, ServiceEntry, a folder of YAML).
 
 mod endpoint;
+mod identity;
 pub mod kube;
 mod proxy;
 mod service;
@@ -9,6 +10,7 @@ mod service;
 pub use endpoint::{
     Endpoint, EndpointHealth, Locality, PortEndpoints, ServiceEndpoints, labels_match,
 };
+pub use identity::{SpiffeId, SpiffeIdError};
 pub use kube::PodInfo;
 pub use proxy::{Proxy, ProxyGenerator, ProxyType};
 pub use service::{

@@ -53,6 +53,13 @@ pub struct Proxy {
     /// Where the proxy runs (the node's `locality`), for locality-aware load balancing.
     /// When the node does not say, the generators use the locality of its own endpoint.
     pub locality: Option<super::Locality>,
+    /// Node metadata `SERVICE_ACCOUNT`: when set, an authenticated stream's identity must
+    /// name this service account (as Istio checks).
+    pub service_account: Option<String>,
+    /// The identity the stream authenticated as (token or client certificate) and that
+    /// matched this node's namespace; `None` on the plaintext port. Istio's
+    /// `VerifiedIdentity`.
+    pub verified_identity: Option<super::SpiffeId>,
 }
 
 impl Proxy {

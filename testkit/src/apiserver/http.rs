@@ -20,6 +20,7 @@ use super::proto;
 use super::registry::ResourceType;
 use super::selector::{FieldSelector, LabelSelector};
 use super::store::{FieldValidation, ListOptions, PatchKind, WriteOptions, Written};
+use super::tokens;
 use super::watch::{self, Start, WatchRequest};
 
 /// Large enough for any CRD or helm release record.
@@ -377,6 +378,21 @@ fn resource(
     path: ResourcePath,
 ) -> Result<Response, ApiError> {
     let params = Params::from_uri(uri)?;
+    if path.group == "authentication.k8s.io"
+        && path.version == "v1"
+        && path.plural == "tokenreviews"
+        && path.namespace.is_none()
+        && path.name.is_none()
+    {
+        if method != Method::POST {
+            return Err(ApiError::method_not_allowed(format!(
+                "{method} is not supported on tokenreviews: only create"
+            )));
+        }
+        let body = decode_body(&content_type(headers), &body)?;
+        let review = tokens::token_review(&shared.lock(), &shared.tokens, &body);
+        return Ok(json_response(StatusCode::CREATED, &review, &[]));
+    }
     let rt = shared
         .lock()
         .registry
@@ -390,6 +406,21 @@ fn resource(
         Some("status") if rt.status_subresource => true,
         Some("scale") if rt.scale.is_some() => {
             return scale(shared, method, headers, &params, body, &rt, &path);
+        }
+        Some("token") if rt.group.is_empty() && rt.plural == "serviceaccounts" => {
+            if method != Method::POST {
+                return Err(ApiError::method_not_allowed(format!(
+                    "{method} is not supported on serviceaccounts/token: only create"
+                )));
+            }
+            let (Some(namespace), Some(name)) = (path.namespace.as_deref(), path.name.as_deref())
+            else {
+                return Err(ApiError::no_such_route());
+            };
+            let body = decode_body(&content_type(headers), &body)?;
+            let request =
+                tokens::token_request(&shared.lock(), &shared.tokens, namespace, name, &body)?;
+            return Ok(json_response(StatusCode::CREATED, &request, &[]));
         }
         Some(_) => return Err(ApiError::no_such_route()),
     };

@@ -4,7 +4,7 @@
 //! is faithful, approximated and missing).
 //!
 //! Public surface: [`TestApiServer`] (start in-process on a free port, URL, kubeconfig,
-//! shutdown on drop) and [`Config`]. The binary `pilotfish-test-apiserver` wraps it.
+//! shutdown on drop, the service-account token clock) and [`Config`]. The binary `pilotfish-test-apiserver` wraps it.
 
 mod controllers;
 mod convert;
@@ -21,6 +21,7 @@ mod scale;
 mod schema;
 mod selector;
 mod store;
+mod tokens;
 mod watch;
 
 use std::net::SocketAddr;
@@ -77,6 +78,8 @@ pub(crate) struct Shared {
     shutdown: latest::Receiver<bool>,
     /// `host:port` for the `/api` document.
     server_address: String,
+    /// Signs and reviews service-account tokens.
+    tokens: tokens::TokenIssuer,
 }
 
 impl Shared {
@@ -122,6 +125,7 @@ impl TestApiServer {
             revisions,
             shutdown: shutdown_rx.clone(),
             server_address: addr.to_string(),
+            tokens: tokens::TokenIssuer::new(),
         });
         let router = axum::Router::new()
             .fallback(http::handle)
@@ -195,6 +199,15 @@ impl TestApiServer {
     pub fn expire_watch_history(&self) {
         self.shared.lock().expire_history();
     }
+
+    /// Moves the clock service-account tokens are issued and reviewed by forward, so a
+    /// test can see a token expire (TokenRequest refuses lifetimes under ten minutes).
+    pub fn advance_token_clock(&self, by: std::time::Duration) {
+        self.shared.tokens.advance(by.as_secs() as i64);
+    }
+
+    /// The issuer (`iss`) of this server's service-account tokens and its default audience.
+    pub const TOKEN_ISSUER: &'static str = tokens::ISSUER;
 
     /// The current global resource version.
     pub fn resource_version(&self) -> u64 {

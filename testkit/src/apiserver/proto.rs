@@ -1,6 +1,6 @@
 //! Protobuf request bodies (`application/vnd.kubernetes.protobuf`): helm sends Secrets
 //! (its release records) and DeleteOptions this way, kubectl's imperative `create
-//! namespace|configmap|secret|serviceaccount` too, and neither retries in JSON. The body
+//! namespace|configmap|secret|serviceaccount` and `create token` too, and neither retries in JSON. The body
 //! is the `k8s\0` magic plus a `runtime.Unknown` envelope; we decode those types with
 //! `k8s-pb`, convert them to their `k8s-openapi` twins and continue in JSON like every
 //! other request. Other kinds get a clear 415.
@@ -97,13 +97,32 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
                 automount_service_account_token: account.automount_service_account_token,
             })
         }
+        // `kubectl create token`.
+        "TokenRequest" => {
+            let request = k8s_pb::api::authentication::v1::TokenRequest::decode(raw.as_slice())
+                .map_err(|e| undecodable("TokenRequest", e))?;
+            let spec = request.spec.unwrap_or_default();
+            let bound = spec.bound_object_ref.map(|r| {
+                json!({"kind": r.kind, "apiVersion": r.api_version, "name": r.name, "uid": r.u_id})
+            });
+            Ok(json!({
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "metadata": to_json(meta_of(request.metadata))?,
+                "spec": {
+                    "audiences": spec.audiences,
+                    "expirationSeconds": spec.expiration_seconds,
+                    "boundObjectRef": bound,
+                },
+            }))
+        }
         "DeleteOptions" => {
             let options = pb_meta::DeleteOptions::decode(raw.as_slice())
                 .map_err(|e| undecodable("DeleteOptions", e))?;
             Ok(delete_options_from_pb(options))
         }
         other => Err(ApiError::unsupported_media_type(format!(
-            "protobuf bodies are accepted for ConfigMap, Namespace, Secret, ServiceAccount and DeleteOptions only, not {other:?}; send JSON (e.g. kubectl create -f)"
+            "protobuf bodies are accepted for ConfigMap, Namespace, Secret, ServiceAccount, TokenRequest and DeleteOptions only, not {other:?}; send JSON (e.g. kubectl create -f)"
         ))),
     }
 }

@@ -158,7 +158,9 @@ async fn assert_default_install(cluster: &Cluster) {
         pilotfish_cluster_objects(cluster).await,
         set(&[
             "ClusterRole/pilotfish-controller",
-            "ClusterRoleBinding/pilotfish-controller"
+            "ClusterRole/pilotfish-xds-tokenreview",
+            "ClusterRoleBinding/pilotfish-controller",
+            "ClusterRoleBinding/pilotfish-xds-tokenreview",
         ])
     );
     for crd in CRDS {
@@ -174,8 +176,38 @@ async fn assert_default_install(cluster: &Cluster) {
     assert_eq!(xds["spec"]["replicas"], 3);
     assert_eq!(xds["status"]["readyReplicas"], 3);
     let pod = &xds["spec"]["template"]["spec"];
-    assert_eq!(pod["automountServiceAccountToken"], false);
+    // The token is for TokenReview of callers on 15012.
+    assert_eq!(pod["automountServiceAccountToken"], true);
     assert_eq!(pod["serviceAccountName"], "pilotfish-xds");
+    assert_eq!(
+        env_value(&xds, "PILOTFISH_XDS_ADDR"),
+        "off",
+        "no plaintext port by default"
+    );
+    assert_eq!(
+        env_value(&xds, "PILOTFISH_SECURE_XDS_ADDR"),
+        "0.0.0.0:15012"
+    );
+    assert_eq!(
+        env_value(&xds, "PILOTFISH_SERVING_DNS_NAMES"),
+        "pilotfish-xds.pilotfish-system.svc,pilotfish-xds.pilotfish-system.svc.cluster.local"
+    );
+    assert_eq!(
+        env_value(&xds, "PILOTFISH_CA_DIR"),
+        "/etc/cacerts,/var/run/secrets/pilotfish/istio-ca"
+    );
+    let ca_volumes: Vec<(&str, bool)> = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .filter_map(|v| {
+            Some((
+                v["secret"]["secretName"].as_str()?,
+                v["secret"]["optional"] == true,
+            ))
+        })
+        .collect();
+    assert_eq!(ca_volumes, [("cacerts", true), ("istio-ca-secret", true)]);
     let container = &pod["containers"][0];
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
@@ -197,7 +229,15 @@ async fn assert_default_install(cluster: &Cluster) {
     let xds_account = cluster
         .kubectl_json(&["get", "serviceaccount", "pilotfish-xds", "-n", NAMESPACE])
         .await;
-    assert_eq!(xds_account["automountServiceAccountToken"], false);
+    assert_eq!(xds_account["automountServiceAccountToken"], true);
+    let tokenreview = cluster
+        .kubectl_json(&["get", "clusterrole", "pilotfish-xds-tokenreview"])
+        .await;
+    assert_eq!(
+        tokenreview["rules"],
+        serde_json::json!([{"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}]),
+        "the xDS tier may review tokens and nothing else"
+    );
 
     let service = cluster
         .kubectl_json(&["get", "service", "pilotfish-xds", "-n", NAMESPACE])
@@ -205,9 +245,10 @@ async fn assert_default_install(cluster: &Cluster) {
     let grpc = &service["spec"]["ports"][0];
     assert_eq!(
         (grpc["port"].as_u64(), grpc["appProtocol"].as_str()),
-        (Some(15010), Some("grpc"))
+        (Some(15012), Some("grpc"))
     );
     assert_eq!(service["spec"]["ports"][1]["port"], 15014);
+    assert_eq!(service["spec"]["ports"].as_array().map(Vec::len), Some(2));
 
     let controller = deployment(cluster, "pilotfish-controller").await;
     assert_eq!(controller["spec"]["replicas"], 2);
@@ -233,8 +274,16 @@ async fn assert_default_install(cluster: &Cluster) {
         .iter()
         .filter(|r| r["resourceNames"].is_array())
         .collect();
-    assert_eq!(named.len(), 1, "{role}");
+    assert_eq!(named.len(), 2, "{role}");
     assert_eq!(named[0]["resourceNames"][0], lease);
+    // The CA: the two Secrets by name, and creating the self-signed one.
+    assert_eq!(named[1]["resources"][0], "secrets");
+    assert_eq!(
+        named[1]["resourceNames"],
+        serde_json::json!(["cacerts", "istio-ca-secret"])
+    );
+    assert_eq!(named[1]["verbs"], serde_json::json!(["get"]));
+    assert_eq!(env_value(&controller, "PILOTFISH_MANAGE_CA"), "true");
     assert_eq!(
         env(&controller, "POD_NAMESPACE").expect("POD_NAMESPACE")["valueFrom"]["fieldRef"]["fieldPath"],
         "metadata.namespace"
@@ -323,7 +372,7 @@ async fn chart_installs_upgrades_and_uninstalls() {
     assert!(out.contains("STATUS: deployed"), "{out}");
     // NOTES.txt tells the user where proxies connect.
     assert!(
-        out.contains("pilotfish-xds.pilotfish-system.svc.cluster.local:15010"),
+        out.contains("pilotfish-xds.pilotfish-system.svc.cluster.local:15012"),
         "{out}"
     );
     assert_default_install(&cluster).await;
@@ -639,7 +688,9 @@ async fn plain_manifests_apply_and_delete_without_helm() {
         pilotfish_cluster_objects(&cluster).await,
         set(&[
             "ClusterRole/pilotfish-controller",
-            "ClusterRoleBinding/pilotfish-controller"
+            "ClusterRole/pilotfish-xds-tokenreview",
+            "ClusterRoleBinding/pilotfish-controller",
+            "ClusterRoleBinding/pilotfish-xds-tokenreview",
         ])
     );
     for name in ["pilotfish-controller", "pilotfish-xds", "pilotfish-redis"] {
@@ -819,4 +870,63 @@ async fn istios_own_crds_are_left_alone() {
         .await;
     assert!(!out.contains("customresourcedefinition"), "{out}");
     assert_istio_crds_untouched(&cluster).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chart_renders_the_replace_istiod_mode() {
+    let cluster = Cluster::start().await;
+    let out = cluster
+        .helm_ok(&[
+            "template",
+            "pilotfish",
+            &chart(),
+            "--namespace",
+            "istio-system",
+            "--values",
+            &chart_file("ci/replace-istiod-values.yaml"),
+        ])
+        .await;
+    let docs: Vec<Value> = out
+        .split("\n---")
+        .filter_map(|d| serde_saphyr::from_str::<Value>(d).ok())
+        .filter(|d| d.is_object())
+        .collect();
+    let find = |kind: &str, name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind}/{name} not rendered"))
+            .clone()
+    };
+    let istiod = find("Service", "istiod");
+    let ports: Vec<u64> = istiod["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["port"].as_u64())
+        .collect();
+    assert_eq!(
+        ports,
+        [15012, 15010],
+        "the plaintext port only because the values ask"
+    );
+    assert_eq!(
+        istiod["spec"]["selector"],
+        find("Service", "pilotfish-xds")["spec"]["selector"]
+    );
+    let xds = find("Deployment", "pilotfish-xds");
+    assert_eq!(
+        env_value(&xds, "PILOTFISH_SERVING_DNS_NAMES"),
+        "pilotfish-xds.istio-system.svc,pilotfish-xds.istio-system.svc.cluster.local,istiod.istio-system.svc,istiod.istio-system.svc.cluster.local,xds.example.org"
+    );
+    assert_eq!(env_value(&xds, "PILOTFISH_XDS_ADDR"), "0.0.0.0:15010");
+    assert_eq!(env_value(&xds, "PILOTFISH_TRUST_DOMAIN"), "example.org");
+    // manageCA=false: the controller neither touches Secrets nor writes ConfigMaps.
+    let controller = find("Deployment", "pilotfish-controller");
+    assert_eq!(env_value(&controller, "PILOTFISH_MANAGE_CA"), "false");
+    assert!(
+        !out.contains("istio-ca-secret\"]"),
+        "no Secret rule without manageCA"
+    );
+    let cluster_role = find("ClusterRole", "pilotfish-controller");
+    assert!(!cluster_role["rules"].to_string().contains("configmaps"));
 }

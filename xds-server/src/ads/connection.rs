@@ -11,27 +11,84 @@
 //! *new* connection, which the Service may route to another replica), then its ADS
 //! streams end with `UNAVAILABLE`, and after a short close grace the socket is closed.
 //! Ending only the stream would let the client retry over the same connection.
+//!
+//! The listener serves any gRPC service over any [`Transport`]: the plaintext port runs
+//! the ADS service over TCP ([`Plaintext`]); the secure port (`crate::secure`) runs its
+//! authenticating router over TLS, whose handshake adds the client's certificates to
+//! every request of the connection.
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
-    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
-};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use pilotfish_shared::retry::sleep_until_opt;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tonic::codegen::Service;
 use tonic::transport::server::TcpConnectInfo;
 use tracing::{debug, info, warn};
 
 use crate::metrics;
 
-type HyperAds<A> = TowerToHyperService<AggregatedDiscoveryServiceServer<A>>;
+/// A gRPC service the listener can serve: tonic's generated servers and the secure
+/// port's router.
+pub(crate) trait GrpcService:
+    Service<
+        hyper::Request<Incoming>,
+        Response = hyper::Response<tonic::body::Body>,
+        Error = Infallible,
+        Future: Send,
+    > + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S> GrpcService for S where
+    S: Service<
+            hyper::Request<Incoming>,
+            Response = hyper::Response<tonic::body::Body>,
+            Error = Infallible,
+            Future: Send,
+        > + Clone
+        + Send
+        + 'static
+{
+}
+
+/// Turns an accepted TCP connection into the byte stream HTTP/2 runs over, with what the
+/// handshake learned (e.g. the client's certificates) for every request's extensions.
+/// `None` drops the connection (the transport logs why).
+pub(crate) trait Transport: Clone + Send + Sync + 'static {
+    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    fn handshake(
+        &self,
+        tcp: TcpStream,
+        peer: SocketAddr,
+    ) -> impl Future<Output = Option<(Self::Io, http::Extensions)>> + Send;
+}
+
+/// Plain TCP: the plaintext ADS port (15010).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Plaintext;
+
+impl Transport for Plaintext {
+    type Io = TcpStream;
+    async fn handshake(
+        &self,
+        tcp: TcpStream,
+        _peer: SocketAddr,
+    ) -> Option<(TcpStream, http::Extensions)> {
+        Some((tcp, http::Extensions::new()))
+    }
+}
 
 /// How connections are kept and ended.
 #[derive(Clone, Debug)]
@@ -84,23 +141,27 @@ impl ConnectionClosing {
     }
 }
 
-/// The ADS service with the connection's closing signal and peer address added to each
-/// request (what tonic's own server would add as `TcpConnectInfo`).
+/// The service with the connection's closing signal, peer address (what tonic's own
+/// server would add as `TcpConnectInfo`) and the transport's findings added to each
+/// request.
 #[derive(Clone)]
-struct WithConnection<A> {
-    inner: HyperAds<A>,
+struct WithConnection<S> {
+    inner: TowerToHyperService<S>,
     closing: CancellationToken,
     info: TcpConnectInfo,
+    handshake: http::Extensions,
 }
 
-impl<A: AggregatedDiscoveryService> hyper::service::Service<hyper::Request<Incoming>>
-    for WithConnection<A>
-{
-    type Response = <HyperAds<A> as hyper::service::Service<hyper::Request<Incoming>>>::Response;
-    type Error = <HyperAds<A> as hyper::service::Service<hyper::Request<Incoming>>>::Error;
-    type Future = <HyperAds<A> as hyper::service::Service<hyper::Request<Incoming>>>::Future;
+impl<S: GrpcService> hyper::service::Service<hyper::Request<Incoming>> for WithConnection<S> {
+    type Response =
+        <TowerToHyperService<S> as hyper::service::Service<hyper::Request<Incoming>>>::Response;
+    type Error =
+        <TowerToHyperService<S> as hyper::service::Service<hyper::Request<Incoming>>>::Error;
+    type Future =
+        <TowerToHyperService<S> as hyper::service::Service<hyper::Request<Incoming>>>::Future;
 
     fn call(&self, mut req: hyper::Request<Incoming>) -> Self::Future {
+        req.extensions_mut().extend(self.handshake.clone());
         req.extensions_mut()
             .insert(ConnectionClosing(self.closing.clone()));
         req.extensions_mut().insert(self.info.clone());
@@ -111,9 +172,10 @@ impl<A: AggregatedDiscoveryService> hyper::service::Service<hyper::Request<Incom
 /// Serves `service` on `listener` until `drain` is cancelled; then stops accepting, ends
 /// every connection at a random moment within `grace`, and returns once all are closed
 /// (or the grace and close grace are over).
-pub(crate) async fn serve_connections<A: AggregatedDiscoveryService>(
+pub(crate) async fn serve_connections<S: GrpcService, T: Transport>(
     listener: TcpListener,
-    service: AggregatedDiscoveryServiceServer<A>,
+    service: S,
+    transport: T,
     policy: ConnectionPolicy,
     drain: CancellationToken,
     grace: Duration,
@@ -123,7 +185,7 @@ pub(crate) async fn serve_connections<A: AggregatedDiscoveryService>(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((tcp, peer)) => {
-                    connections.spawn(serve_one(tcp, peer, service.clone(), policy.clone(), drain.clone(), grace));
+                    connections.spawn(serve_one(tcp, peer, service.clone(), transport.clone(), policy.clone(), drain.clone(), grace));
                 }
                 // Out of file descriptors and the like: back off, keep serving.
                 Err(e) => {
@@ -150,10 +212,11 @@ pub(crate) async fn serve_connections<A: AggregatedDiscoveryService>(
     connections.abort_all();
 }
 
-async fn serve_one<A: AggregatedDiscoveryService>(
+async fn serve_one<S: GrpcService, T: Transport>(
     tcp: TcpStream,
     peer: SocketAddr,
-    service: AggregatedDiscoveryServiceServer<A>,
+    service: S,
+    transport: T,
     policy: ConnectionPolicy,
     drain: CancellationToken,
     grace: Duration,
@@ -166,17 +229,21 @@ async fn serve_one<A: AggregatedDiscoveryService>(
         remote_addr: Some(peer),
     };
     let _ = tcp.set_nodelay(true);
+    let Some((io, handshake)) = transport.handshake(tcp, peer).await else {
+        return;
+    };
     let svc = WithConnection {
         inner: TowerToHyperService::new(service),
         closing: closing.clone(),
         info,
+        handshake,
     };
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
         .keep_alive_interval(policy.keepalive_interval)
         .keep_alive_timeout(policy.keepalive_timeout);
-    let conn = builder.serve_connection(TokioIo::new(tcp), svc);
+    let conn = builder.serve_connection(TokioIo::new(io), svc);
     tokio::pin!(conn);
     metrics::ADS_CONNECTIONS.inc();
     let end_at = policy.jittered_age().map(|age| Instant::now() + age);

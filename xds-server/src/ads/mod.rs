@@ -25,6 +25,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use connection::{ConnectionClosing, ConnectionPolicy};
+pub(crate) use connection::{Transport, serve_connections};
 pub use delta::DeltaStream;
 pub use map_snapshot::MapSnapshot;
 pub use registry::{
@@ -55,6 +56,14 @@ pub async fn serve(
     let policy = config.connections.clone();
     let drain_grace = config.drain_grace;
     let server = AdsServer::new(snapshots, registry, config, drain.clone());
-    connection::serve_connections(listener, server.service(), policy, drain, drain_grace).await;
+    connection::serve_connections(
+        listener,
+        server.service(),
+        connection::Plaintext,
+        policy,
+        drain,
+        drain_grace,
+    )
+    .await;
     Ok(())
 }

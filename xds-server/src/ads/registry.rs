@@ -37,6 +37,9 @@ pub struct StreamStatus {
     pub proxy: Arc<Proxy>,
     pub proxy_id: String,
     pub namespace: String,
+    /// The SPIFFE identity the stream authenticated as (secure port only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
     pub proxyless: bool,
     pub istio_version: Option<String>,
     pub peer: Option<String>,
@@ -207,6 +210,7 @@ mod tests {
             proxy: Arc::new(Proxy::with_defaults(proxy)),
             proxy_id: proxy.into(),
             namespace: "default".into(),
+            identity: None,
             proxyless: false,
             istio_version: None,
             peer: None,

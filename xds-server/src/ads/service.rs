@@ -31,6 +31,7 @@ use super::sotw::SotwStream;
 use super::state::TypeStatus;
 use super::state::{Output, ProtocolEvent};
 use super::types::XdsType;
+use crate::identity::{Caller, authorize_node};
 use crate::metrics;
 use crate::node::{ParsedNode, parse_node};
 
@@ -146,11 +147,14 @@ impl AdsServer {
         &self.shared.registry
     }
 
-    /// Reads the first request of a stream and turns its node into a proxy.
+    /// Reads the first request of a stream and turns its node into a proxy. A stream of
+    /// the secure port carries its authenticated `caller`, and its node must be one that
+    /// caller may claim (`identity::authorize_node`).
     async fn accept<R>(
         &self,
         inbound: &mut Streaming<R>,
         node_of: impl FnOnce(&R) -> Result<ParsedNode, crate::node::NodeError>,
+        caller: Option<&Caller>,
     ) -> Result<(R, Arc<Proxy>), Status> {
         if self.shared.draining.is_cancelled() {
             metrics::STREAMS_REFUSED
@@ -191,7 +195,18 @@ impl AdsServer {
         if let Some(why) = &parsed.unconventional_id {
             info!(node = %parsed.proxy.id, reason = %why, "node id does not follow Istio's conventions; using namespace `default` unless metadata says otherwise");
         }
-        Ok((first, Arc::new(parsed.proxy)))
+        let mut proxy = parsed.proxy;
+        if let Some(caller) = caller {
+            let identity = authorize_node(caller, &proxy).map_err(|e| {
+                metrics::STREAMS_REFUSED
+                    .with_label_values(&["unauthorized_node"])
+                    .inc();
+                warn!(node = %proxy.id, error = %e, "refusing ADS stream");
+                e.into_status()
+            })?;
+            proxy.verified_identity = Some(identity);
+        }
+        Ok((first, Arc::new(proxy)))
     }
 }
 
@@ -223,9 +238,14 @@ impl AdsServer {
         request: Request<Streaming<M::Request>>,
     ) -> Result<Response<ReceiverStream<Result<M::Response, Status>>>, Status> {
         let origin = Origin::of(&request);
+        let caller = request.extensions().get::<Caller>().cloned();
         let mut inbound = request.into_inner();
         let (first, proxy) = self
-            .accept(&mut inbound, |r: &M::Request| parse_node(M::node(r)))
+            .accept(
+                &mut inbound,
+                |r: &M::Request| parse_node(M::node(r)),
+                caller.as_ref(),
+            )
             .await?;
         let (tx, rx) = mpsc::channel(self.shared.config.outbound_buffer.max(1));
         let replica = self.shared.config.replica_name.clone();
@@ -388,6 +408,7 @@ async fn run_stream<M: Machine>(
         proxy: proxy.clone(),
         proxy_id: proxy.id.clone(),
         namespace: proxy.namespace.clone(),
+        identity: proxy.verified_identity.as_ref().map(ToString::to_string),
         proxyless: proxy.is_proxyless(),
         istio_version: proxy.istio_version.clone(),
         peer: peer.map(|p| p.to_string()),

@@ -304,3 +304,13 @@ imagePullSecrets:
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* DNS names of the secure port's serving certificate. */}}
+{{- define "pilotfish.xds.dnsNames" -}}
+{{- $ns := .Release.Namespace -}}
+{{- $names := list (printf "%s.%s.svc" (include "pilotfish.xds.fullname" .) $ns) (printf "%s.%s.svc.%s" (include "pilotfish.xds.fullname" .) $ns .Values.clusterDomain) -}}
+{{- if .Values.replaceIstiod.enabled -}}
+{{- $names = concat $names (list (printf "istiod.%s.svc" $ns) (printf "istiod.%s.svc.%s" $ns .Values.clusterDomain)) -}}
+{{- end -}}
+{{- concat $names .Values.security.extraDnsNames | join "," -}}
+{{- end }}
