@@ -206,8 +206,20 @@ async fn assert_default_install(cluster: &Cluster) {
                 v["secret"]["optional"] == true,
             ))
         })
+        .filter(|(name, _)| !name.starts_with("pilotfish-"))
         .collect();
     assert_eq!(ca_volumes, [("cacerts", true), ("istio-ca-secret", true)]);
+    // The Redis password (generated at install) is required, not optional.
+    assert!(
+        pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["secret"]["secretName"] == "pilotfish-redis-auth"
+                && v["secret"]["optional"].is_null()),
+        "{}",
+        pod["volumes"]
+    );
     let container = &pod["containers"][0];
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
