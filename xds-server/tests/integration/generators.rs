@@ -439,7 +439,11 @@ spec:
         )
     );
     let snapshot = GeneratedSnapshot::new(Arc::new(push(&yaml)), 1, ChangeKind::Full);
-    let rc = route_config(&snapshot, &sidecar("shop", &[]), "8080");
+    let rc = route_config(
+        &snapshot,
+        &sidecar("shop", &[]),
+        "cart.shop.svc.cluster.local:8080",
+    );
     let vh = rc
         .virtual_hosts
         .iter()
