@@ -139,22 +139,24 @@ async fn debug_leader(State(state): State<AdminState>) -> Response {
     axum::Json(state.read().leader.clone()).into_response()
 }
 
-/// Serves the admin pages on `listener` until `shutdown` is cancelled.
+/// Serves the admin pages on `listener` until `shutdown` is cancelled; `/debug/*` only
+/// to loopback peers unless `expose_debug_pages` ([`pilotfish_shared::admin`]).
 pub async fn serve(
     listener: TcpListener,
     state: AdminState,
+    expose_debug_pages: bool,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let app = Router::new()
+    let public = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_page))
+        .with_state(state.clone());
+    let debug = Router::new()
         .route("/debug/snapshot", get(debug_snapshot))
         .route("/debug/leader", get(debug_leader))
         .with_state(state);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
+    pilotfish_shared::admin::serve(listener, public, debug, expose_debug_pages, shutdown).await
 }
 
 /// Binds the admin address.

@@ -10,7 +10,6 @@
 //! them with the public key. The controller verifies what it reads back at start with its
 //! own public key and any `--verify-keys` (a previous key, during a rotation).
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -22,6 +21,7 @@ use pilotfish_controller::k8s::lease::{LeaseConfig, LeaseTimings};
 use pilotfish_controller::{admin, k8s, metrics, validate_cmd};
 use pilotfish_mesh::api;
 use pilotfish_mesh::push_context::BuildInputs;
+use pilotfish_shared::admin::AdminArgs;
 use pilotfish_shared::bus::redis::RedisPublisher;
 use pilotfish_shared::bus::{BusError, Claim, PublishOutcome};
 use pilotfish_shared::cli::{
@@ -81,9 +81,8 @@ enum Command {
 /// Flags of the run mode (no subcommand).
 #[derive(Args, Debug)]
 struct RunArgs {
-    /// Admin HTTP address (/metrics, /healthz, /readyz, /debug/*).
-    #[arg(long, env = "PILOTFISH_ADMIN_ADDR", default_value = "0.0.0.0:15014")]
-    admin_addr: SocketAddr,
+    #[command(flatten)]
+    admin: AdminArgs,
     /// Redis to publish snapshots to.
     #[command(flatten)]
     redis: RedisArgs,
@@ -197,15 +196,21 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         timings.validate()?;
     }
     let admin_state = admin::AdminState::default();
-    let admin_listener = admin::bind(args.admin_addr)
+    let admin_listener = admin::bind(args.admin.admin_addr)
         .await
-        .with_context(|| format!("cannot listen on {}", args.admin_addr))?;
+        .with_context(|| format!("cannot listen on {}", args.admin.admin_addr))?;
     tracing::info!(replica = %replica, admin = %admin_listener.local_addr()?, redis = %redis, key_id = %signer.key_id(), "pilotfish-controller starting");
 
     let mut tasks = Supervisor::new();
     let (state, admin_stop) = (admin_state.clone(), tasks.shutdown_token());
     tasks.spawn("admin server", async move {
-        admin::serve(admin_listener, state, admin_stop).await
+        admin::serve(
+            admin_listener,
+            state,
+            args.admin.expose_debug_pages,
+            admin_stop,
+        )
+        .await
     });
     let base = BuildInputs {
         mesh,

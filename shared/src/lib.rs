@@ -9,9 +9,12 @@
 //! - [`retry`]: backoff, retry counting and deadlines, and the timer loops sleep on.
 //! - [`telemetry`]: log setup and the metrics page shared by the binaries.
 //! - [`supervise`]: task supervision, signals and the runtime for the binaries.
+//! - [`admin`]: the admin HTTP server (public pages for anyone, `/debug/*` for loopback
+//!   peers only unless `--expose-debug-pages`).
 //! - [`cli`]: command-line pieces both binaries share (Redis flags, replica name, the
 //!   `--mesh-config` file).
 
+pub mod admin;
 pub mod bus;
 pub mod cli;
 pub mod pipeline;

@@ -165,23 +165,25 @@ async fn config_dump_page(
     }
 }
 
-/// Serves the admin pages on `listener` until `shutdown` is cancelled.
+/// Serves the admin pages on `listener` until `shutdown` is cancelled; `/debug/*` only
+/// to loopback peers unless `expose_debug_pages` ([`pilotfish_shared::admin`]).
 pub async fn serve(
     listener: TcpListener,
     ctx: AdminContext,
+    expose_debug_pages: bool,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let app = Router::new()
+    let public = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_page))
+        .with_state(ctx.clone());
+    let debug = Router::new()
         .route("/debug/adsz", get(adsz))
         .route("/debug/syncz", get(syncz))
         .route("/debug/push_status", get(push_status))
         .route("/debug/snapshot", get(snapshot))
         .route("/debug/config_dump", get(config_dump_page))
         .with_state(ctx);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
+    pilotfish_shared::admin::serve(listener, public, debug, expose_debug_pages, shutdown).await
 }

@@ -23,6 +23,7 @@ use pilotfish_ca::IssuePolicy;
 use pilotfish_mesh::api;
 use pilotfish_mesh::codec::{self, VerifyKeys};
 use pilotfish_mesh::push_context::{BuildInputs, PushContext};
+use pilotfish_shared::admin::AdminArgs;
 use pilotfish_shared::bus::memory::MemoryBus;
 use pilotfish_shared::bus::{BusError, Follower, PublishOutcome, Verified, snapshot_decoder};
 use pilotfish_shared::cli::{
@@ -53,8 +54,9 @@ use tokio_util::sync::CancellationToken;
 )]
 struct Cli {
     /// Plaintext ADS gRPC address: unauthenticated (any client may claim any namespace),
-    /// for standalone and local use. `off` disables it.
-    #[arg(long, env = "PILOTFISH_XDS_ADDR", default_value = "0.0.0.0:15010")]
+    /// for standalone and local use — so only loopback by default; give `0.0.0.0:15010`
+    /// to serve the network. `off` disables it.
+    #[arg(long, env = "PILOTFISH_XDS_ADDR", default_value = "127.0.0.1:15010")]
     xds_addr: ListenAddr,
     /// Secure port (istiod's 15012): TLS with a serving certificate from the CA, every
     /// stream authenticated (service-account token or mesh client certificate), ADS and
@@ -94,9 +96,8 @@ struct Cli {
         default_value = "istio-ca"
     )]
     token_audiences: Vec<String>,
-    /// Admin HTTP address (/metrics, /healthz, /readyz, /debug/*).
-    #[arg(long, env = "PILOTFISH_ADMIN_ADDR", default_value = "0.0.0.0:15014")]
-    admin_addr: SocketAddr,
+    #[command(flatten)]
+    admin: AdminArgs,
     /// Standalone: serve the Kubernetes-style YAML in this folder (no cluster, no Redis).
     #[arg(
         long,
@@ -276,7 +277,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     if xds_listener.is_none() && secure_listener.is_none() {
         bail!("both ADS ports are off: give --xds-addr or --secure-xds-addr");
     }
-    let admin_listener = bind(cli.admin_addr).await?;
+    let admin_listener = bind(cli.admin.admin_addr).await?;
     let local = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
     let (xds_at, secure_at) = (local(&xds_listener), local(&secure_listener));
     let admin_at = admin_listener.local_addr()?;
@@ -359,7 +360,13 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     };
     let admin_stop = tasks.shutdown_token();
     tasks.spawn("admin server", async move {
-        admin::serve(admin_listener, admin_ctx, admin_stop).await
+        admin::serve(
+            admin_listener,
+            admin_ctx,
+            cli.admin.expose_debug_pages,
+            admin_stop,
+        )
+        .await
     });
 
     tracing::info!(replica = %replica, xds = ?xds_at, secure = ?secure_at, admin = %admin_at, "pilotfish-xds listening");
