@@ -189,13 +189,11 @@ fn route_config(snapshot: &GeneratedSnapshot, proxy: &Proxy, name: &str) -> Rout
     RouteConfiguration::decode(found[0].body.value.as_slice()).expect("decodes")
 }
 
-#[test]
-fn destinations_without_a_cluster_never_reach_the_output() {
-    let snapshot = GeneratedSnapshot::new(Arc::new(push(SHOP)), 1, ChangeKind::Full);
-    // Sidecars keep the split and send the unknown share to BlackHoleCluster (in cart's
-    // own route configuration: it has a virtual IP).
+/// The weighted clusters of the first route of `cart`'s virtual host, as a sidecar in
+/// `shop` gets them in cart's own route configuration (cart has a virtual IP).
+fn sidecar_cart_split(snapshot: &GeneratedSnapshot) -> Vec<(String, u32)> {
     let rc = route_config(
-        &snapshot,
+        snapshot,
         &sidecar("shop", &[]),
         "cart.shop.svc.cluster.local:8080",
     );
@@ -210,16 +208,22 @@ fn destinations_without_a_cluster_never_reach_the_output() {
     let Some(ClusterSpecifier::WeightedClusters(w)) = &action.cluster_specifier else {
         panic!("weighted clusters expected")
     };
-    let split: Vec<(&str, u32)> = w
-        .clusters
+    w.clusters
         .iter()
-        .map(|c| (c.name.as_str(), c.weight.as_ref().map_or(0, |w| w.value)))
-        .collect();
+        .map(|c| (c.name.clone(), c.weight.as_ref().map_or(0, |w| w.value)))
+        .collect()
+}
+
+#[test]
+fn destinations_without_a_cluster_never_reach_the_output() {
+    let snapshot = GeneratedSnapshot::new(Arc::new(push(SHOP)), 1, ChangeKind::Full);
+    // Sidecars keep the split and send the unknown share to BlackHoleCluster (in cart's
+    // own route configuration: it has a virtual IP).
     assert_eq!(
-        split,
+        sidecar_cart_split(&snapshot),
         [
-            ("outbound|8080||cart.shop.svc.cluster.local", 90),
-            ("BlackHoleCluster", 10)
+            ("outbound|8080||cart.shop.svc.cluster.local".to_string(), 90),
+            ("BlackHoleCluster".to_string(), 10)
         ]
     );
     // Proxyless clients have no BlackHoleCluster: the unknown destination is dropped.
@@ -439,32 +443,14 @@ spec:
         )
     );
     let snapshot = GeneratedSnapshot::new(Arc::new(push(&yaml)), 1, ChangeKind::Full);
-    let rc = route_config(
-        &snapshot,
-        &sidecar("shop", &[]),
-        "cart.shop.svc.cluster.local:8080",
-    );
-    let vh = rc
-        .virtual_hosts
-        .iter()
-        .find(|v| v.name.starts_with("cart."))
-        .expect("cart vhost");
-    let Some(Action::Route(action)) = &vh.routes[0].action else {
-        panic!("route action expected")
-    };
-    let Some(ClusterSpecifier::WeightedClusters(w)) = &action.cluster_specifier else {
-        panic!("weighted clusters expected")
-    };
-    let split: Vec<(&str, u32)> = w
-        .clusters
-        .iter()
-        .map(|c| (c.name.as_str(), c.weight.as_ref().map_or(0, |w| w.value)))
-        .collect();
     assert_eq!(
-        split,
+        sidecar_cart_split(&snapshot),
         [
-            ("outbound|8080|v1|cart.shop.svc.cluster.local", 80),
-            ("BlackHoleCluster", 20)
+            (
+                "outbound|8080|v1|cart.shop.svc.cluster.local".to_string(),
+                80
+            ),
+            ("BlackHoleCluster".to_string(), 20)
         ]
     );
 }
