@@ -4,18 +4,36 @@
 //! configuration, so they answer only peers on the loopback interface — `kubectl
 //! port-forward` and `kubectl exec` arrive there — unless `--expose-debug-pages` says
 //! otherwise. Refusals are `403` with the reason, logged at debug level and counted.
+//!
+//! The server is bounded for whoever can reach the port: at most [`MAX_CONNECTIONS`] open
+//! connections (more are closed at once and counted), request headers within
+//! [`HEADER_READ_TIMEOUT`], each request answered within [`REQUEST_TIMEOUT`] (else `503`).
 
 use std::net::SocketAddr;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{ConnectInfo, Request};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use prometheus::IntCounter;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use prometheus::{IntCounter, IntCounterVec, Opts};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+
+/// Open connections at most: Prometheus, the kubelet's probes and a person with `kubectl
+/// port-forward` need a handful.
+pub const MAX_CONNECTIONS: usize = 64;
+/// A client must send a request's headers within this.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Every page is rendered from memory; one that takes longer is answered `503`.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Flags of the admin server, shared by both binaries.
 #[derive(clap::Args, Clone, Debug)]
@@ -35,6 +53,21 @@ static DEBUG_REFUSED: LazyLock<IntCounter> = LazyLock::new(|| {
     let counter = IntCounter::new(
         "pilotfish_admin_debug_refused_total",
         "Requests for /debug/* refused because the peer is not on loopback (see --expose-debug-pages).",
+    )
+    .expect("static metric definition");
+    if let Err(e) = prometheus::register(Box::new(counter.clone())) {
+        tracing::warn!(error = %e, "admin metric not registered");
+    }
+    counter
+});
+
+static BOUNDED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    let counter = IntCounterVec::new(
+        Opts::new(
+            "pilotfish_admin_limited_total",
+            "Admin connections closed at the connection cap and requests cut at the time limit.",
+        ),
+        &["limit"],
     )
     .expect("static metric definition");
     if let Err(e) = prometheus::register(Box::new(counter.clone())) {
@@ -66,18 +99,34 @@ async fn guard_debug(
         .into_response()
 }
 
-/// The admin app: `debug` behind the loopback guard unless `expose_debug_pages`.
+async fn time_limit(request: Request, next: Next) -> Response {
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            BOUNDED.with_label_values(&["request_timeout"]).inc();
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the page took longer than the admin server's time limit\n",
+            )
+                .into_response()
+        }
+    }
+}
+
+/// The admin app: `debug` behind the loopback guard unless `expose_debug_pages`, every
+/// request under the time limit.
 fn router(public: Router, debug: Router, expose_debug_pages: bool) -> Router {
     let debug = if expose_debug_pages {
         debug
     } else {
         debug.layer(middleware::from_fn(guard_debug))
     };
-    public.merge(debug)
+    public.merge(debug).layer(middleware::from_fn(time_limit))
 }
 
 /// Serves `public` to every peer and `debug` (routes under `/debug/`) to the peers
-/// [`debug_allowed`] admits, on `listener` until `shutdown` is cancelled.
+/// [`debug_allowed`] admits, on `listener` until `shutdown` is cancelled; open
+/// connections get a second to finish, then are closed.
 pub async fn serve(
     listener: TcpListener,
     public: Router,
@@ -86,13 +135,56 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     LazyLock::force(&DEBUG_REFUSED);
+    LazyLock::force(&BOUNDED);
     let app = router(public, debug, expose_debug_pages);
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown.cancelled_owned())
-    .await
+    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut connections = JoinSet::new();
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of file descriptors and the like: wait instead of spinning.
+                tracing::warn!(error = %e, "admin server: accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            BOUNDED.with_label_values(&["connections"]).inc();
+            tracing::debug!(%peer, "admin server: connection cap reached, closing");
+            continue;
+        };
+        let service =
+            TowerToHyperService::new(app.clone().layer(axum::Extension(ConnectInfo(peer))));
+        let builder = builder.clone();
+        connections.spawn(async move {
+            let _permit = permit;
+            if let Err(e) = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+            {
+                tracing::debug!(%peer, error = %e, "admin connection ended with an error");
+            }
+        });
+    }
+    let drain = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(Duration::from_secs(1), drain)
+        .await
+        .is_err()
+    {
+        connections.shutdown().await;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -100,13 +192,13 @@ mod tests {
     use super::*;
     use axum::body::Body;
     use axum::extract::connect_info::MockConnectInfo;
-    use axum::routing::get;
+    use axum::routing::get as get_route;
     use tower::ServiceExt;
 
     async fn status(peer: &str, path: &str, expose: bool) -> StatusCode {
         let app = router(
-            Router::new().route("/metrics", get(|| async { "m" })),
-            Router::new().route("/debug/adsz", get(|| async { "d" })),
+            Router::new().route("/metrics", get_route(|| async { "m" })),
+            Router::new().route("/debug/adsz", get_route(|| async { "d" })),
             expose,
         )
         .layer(MockConnectInfo(peer.parse::<SocketAddr>().unwrap()));
@@ -146,5 +238,60 @@ mod tests {
         assert!(!debug_allowed(peer("[fd00::7]:5000"), false));
         assert!(!debug_allowed(peer("[::ffff:10.0.0.7]:5000"), false));
         assert!(debug_allowed(peer("10.0.0.7:5000"), true));
+    }
+
+    /// Writes a GET and reads until the server closes or 5 s pass; returns what was read.
+    async fn get(stream: &mut tokio::net::TcpStream, path: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+        if stream.write_all(request.as_bytes()).await.is_err() {
+            return String::new();
+        }
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut out)).await;
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_cap_are_closed_and_the_server_recovers() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(serve(
+            listener,
+            Router::new().route("/healthz", get_route(|| async { "ok" })),
+            Router::new(),
+            false,
+            stop.clone(),
+        ));
+        let before = BOUNDED.with_label_values(&["connections"]).get();
+        // Idle connections (no request yet) hold every slot.
+        let mut idle = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        // Each idle connection was accepted once the server sees the next one; the one
+        // beyond the cap is closed without an answer.
+        let mut extra = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let answer = get(&mut extra, "/healthz").await;
+        assert!(!answer.contains("200 OK"), "{answer}");
+        assert!(BOUNDED.with_label_values(&["connections"]).get() > before);
+        // Slots come back when connections close.
+        drop(idle);
+        let mut answered = false;
+        for _ in 0..50 {
+            let mut fresh = tokio::net::TcpStream::connect(addr).await.unwrap();
+            if get(&mut fresh, "/healthz").await.contains("200 OK") {
+                answered = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            answered,
+            "the server did not recover after the idle connections closed"
+        );
+        stop.cancel();
+        server.await.unwrap().unwrap();
     }
 }
