@@ -17,16 +17,6 @@ use crate::config::{ConfigError, ConfigKey};
 /// translate into xDS yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Untranslated {
-    /// VirtualService `tcp[].match[].destinationSubnets`.
-    TcpDestinationSubnets,
-    /// VirtualService `tcp[].match[].sourceSubnet`.
-    TcpSourceSubnet,
-    /// VirtualService `tls[]` (SNI routes).
-    TlsRoutes,
-    /// DestinationRule `trafficPolicy.proxyProtocol`.
-    ProxyProtocol,
-    /// DestinationRule `trafficPolicy.retryBudget`.
-    RetryBudget,
     /// DestinationRule `trafficPolicy.tunnel`.
     Tunnel,
     /// DestinationRule `loadBalancer.warmup`.
@@ -49,12 +39,7 @@ pub enum Untranslated {
 
 impl Untranslated {
     /// Every untranslated field, for documentation and tests.
-    pub const ALL: [Untranslated; 14] = [
-        Untranslated::TcpDestinationSubnets,
-        Untranslated::TcpSourceSubnet,
-        Untranslated::TlsRoutes,
-        Untranslated::ProxyProtocol,
-        Untranslated::RetryBudget,
+    pub const ALL: [Untranslated; 9] = [
         Untranslated::Tunnel,
         Untranslated::Warmup,
         Untranslated::WarmupDurationSecs,
@@ -69,15 +54,6 @@ impl Untranslated {
     /// What ignoring the field means for traffic.
     pub fn consequence(self) -> &'static str {
         match self {
-            Untranslated::TcpDestinationSubnets => {
-                "the match does not test the destination address"
-            }
-            Untranslated::TcpSourceSubnet => "the match does not test the source address",
-            Untranslated::TlsRoutes => {
-                "TLS traffic to these hosts is not routed by SNI (it goes to the host's own service)"
-            }
-            Untranslated::ProxyProtocol => "no PROXY protocol header is sent upstream",
-            Untranslated::RetryBudget => "retries are limited by maxRetries only",
             Untranslated::Tunnel => "connections are not tunneled",
             Untranslated::Warmup | Untranslated::WarmupDurationSecs => {
                 "new endpoints get their full share of traffic at once"
@@ -126,23 +102,13 @@ pub fn virtual_service_notices(key: &ConfigKey, spec: &VirtualServiceSpec) -> Ve
     };
     for (i, route) in spec.tcp.iter().enumerate() {
         for (j, m) in route.r#match.iter().enumerate() {
-            let path = format!("spec.tcp[{i}].match[{j}]");
-            if !m.destination_subnets.is_empty() {
-                n.untranslated(
-                    format!("{path}.destinationSubnets"),
-                    Untranslated::TcpDestinationSubnets,
-                );
-            }
             if m.source_subnet.as_deref().is_some_and(|s| !s.is_empty()) {
-                n.untranslated(
-                    format!("{path}.sourceSubnet"),
-                    Untranslated::TcpSourceSubnet,
+                n.behaviour(
+                    &format!("spec.tcp[{i}].match[{j}].sourceSubnet"),
+                    "ignored: Istio 1.30 does not translate sourceSubnet either, so the match does not test the source address",
                 );
             }
         }
-    }
-    if !spec.tls.is_empty() {
-        n.untranslated("spec.tls".to_string(), Untranslated::TlsRoutes);
     }
     n.list
 }
@@ -165,12 +131,6 @@ pub fn destination_rule_notices(key: &ConfigKey, spec: &DestinationRuleSpec) -> 
 }
 
 fn traffic_policy(n: &mut Notices, path: &str, tp: &TrafficPolicy) {
-    if tp.proxy_protocol.is_some() {
-        n.untranslated(format!("{path}.proxyProtocol"), Untranslated::ProxyProtocol);
-    }
-    if tp.retry_budget.is_some() {
-        n.untranslated(format!("{path}.retryBudget"), Untranslated::RetryBudget);
-    }
     if tp.tunnel.is_some() {
         n.untranslated(format!("{path}.tunnel"), Untranslated::Tunnel);
     }
@@ -298,14 +258,11 @@ mod tests {
         let found = virtual_service_notices(&key, &vs);
         assert_eq!(
             paths(&found),
-            [
-                "spec.tcp[0].match[0].destinationSubnets",
-                "spec.tcp[0].match[0].sourceSubnet",
-                "spec.tls"
-            ]
+            ["spec.tcp[0].match[0].sourceSubnet"],
+            "destinationSubnets and tls routes are translated; sourceSubnet is ignored as Istio ignores it"
         );
         assert!(found.iter().all(|f| !f.is_error()));
-        assert!(found[0].message.contains("not translated by Pilotfish yet"));
+        assert!(found[0].message.contains("Istio 1.30 does not translate"));
 
         let dr: DestinationRuleSpec = serde_json::from_value(json!({
             "host": "a",
@@ -324,8 +281,6 @@ mod tests {
         assert_eq!(
             paths(&destination_rule_notices(&key, &dr)),
             [
-                "spec.trafficPolicy.proxyProtocol",
-                "spec.trafficPolicy.retryBudget",
                 "spec.trafficPolicy.loadBalancer.warmup",
                 "spec.trafficPolicy.loadBalancer.warmupDurationSecs",
                 "spec.trafficPolicy.loadBalancer.consistentHash.httpCookie.attributes",

@@ -42,6 +42,7 @@ use super::names;
 use super::plan::{ClusterPlan, Discovery, OutboundPlan};
 use super::scope::{Flavor, InboundPort};
 use super::tls::transport_socket;
+use super::upstream::apply_connection_options;
 use super::util::{ads_config_source, any, api_duration, duration, u32_value};
 
 /// The key Envoy reads upstream HTTP options under.
@@ -235,6 +236,7 @@ fn outbound_cluster(
         default_sni,
         findings,
     );
+    apply_connection_options(&mut cluster, policy, flavor, findings);
     cluster
 }
 

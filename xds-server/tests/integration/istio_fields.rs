@@ -1,0 +1,258 @@
+//! Istio fields translated since issue 15, each asserted on the Envoy field it becomes,
+//! over the `istio-fields` golden case (whose files show the whole output).
+
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::{TransportSocket, transport_socket};
+use envoy_types::pb::envoy::config::listener::v3::{FilterChain, Listener, filter};
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+    TcpProxy, tcp_proxy::ClusterSpecifier,
+};
+use envoy_types::pb::envoy::extensions::transport_sockets::proxy_protocol::v3::ProxyProtocolUpstreamTransport;
+use pilotfish_mesh::model::Proxy;
+use pilotfish_xds::ads::XdsType;
+use pilotfish_xds::generate::GeneratedSnapshot;
+use prost::Message;
+
+use super::golden::case_snapshot;
+
+fn snapshot() -> (GeneratedSnapshot, Proxy, Proxy) {
+    case_snapshot("istio-fields", None, "client")
+}
+
+fn listener(snapshot: &GeneratedSnapshot, proxy: &Proxy, name: &str) -> Listener {
+    let all = snapshot.all(proxy, XdsType::Listener);
+    let r = all.get(name).unwrap_or_else(|| panic!("listener {name}"));
+    Listener::decode(r.body.value.as_slice()).expect("decodes")
+}
+
+fn cluster(snapshot: &GeneratedSnapshot, proxy: &Proxy, name: &str) -> Cluster {
+    let all = snapshot.all(proxy, XdsType::Cluster);
+    let r = all.get(name).unwrap_or_else(|| panic!("cluster {name}"));
+    Cluster::decode(r.body.value.as_slice()).expect("decodes")
+}
+
+fn tcp_proxy(chain: &FilterChain) -> TcpProxy {
+    let f = chain.filters.last().expect("a filter");
+    let Some(filter::ConfigType::TypedConfig(a)) = &f.config_type else {
+        panic!("typed config expected")
+    };
+    TcpProxy::decode(a.value.as_slice()).expect("tcp_proxy")
+}
+
+fn destination(chain: &FilterChain) -> Vec<(String, u32)> {
+    match tcp_proxy(chain).cluster_specifier {
+        Some(ClusterSpecifier::Cluster(c)) => vec![(c, 1)],
+        Some(ClusterSpecifier::WeightedClusters(w)) => {
+            w.clusters.into_iter().map(|c| (c.name, c.weight)).collect()
+        }
+        None => Vec::new(),
+    }
+}
+
+/// (prefix ranges as `ip/len`, server names) of a chain.
+fn chain_match(chain: &FilterChain) -> (Vec<String>, Vec<String>) {
+    chain
+        .filter_chain_match
+        .as_ref()
+        .map_or_else(Default::default, |m| {
+            (
+                m.prefix_ranges
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{}/{}",
+                            r.address_prefix,
+                            r.prefix_len.as_ref().map_or(0, |l| l.value)
+                        )
+                    })
+                    .collect(),
+                m.server_names.clone(),
+            )
+        })
+}
+
+#[test]
+fn tcp_destination_subnets_become_prefix_ranges() {
+    let (snapshot, sidecar, _) = snapshot();
+    let l = listener(&snapshot, &sidecar, "10.96.20.1_9000");
+    let chains: Vec<_> = l
+        .filter_chains
+        .iter()
+        .map(|c| (chain_match(c), destination(c)))
+        .collect();
+    assert_eq!(
+        chains,
+        [
+            (
+                (vec!["10.96.20.0/24".to_string()], vec![]),
+                vec![(
+                    "outbound|9000|v2|echo.default.svc.cluster.local".to_string(),
+                    1
+                )]
+            ),
+            (
+                (vec![], vec![]),
+                vec![(
+                    "outbound|9000|v1|echo.default.svc.cluster.local".to_string(),
+                    1
+                )]
+            ),
+        ],
+        "the subnet route first, then the route without a subnet as the default"
+    );
+    assert!(l.listener_filters.is_empty(), "no SNI, no TLS inspector");
+}
+
+#[test]
+fn tls_routes_match_sni_with_the_tls_inspector() {
+    let (snapshot, sidecar, _) = snapshot();
+    // A service with a virtual IP: its own listener, one chain per SNI, no default.
+    let l = listener(&snapshot, &sidecar, "10.96.20.2_8443");
+    let chains: Vec<_> = l
+        .filter_chains
+        .iter()
+        .map(|c| (chain_match(c).1, destination(c)))
+        .collect();
+    assert_eq!(
+        chains,
+        [
+            (
+                vec!["v1.secure.example".to_string()],
+                vec![(
+                    "outbound|8443|v1|secure.default.svc.cluster.local".to_string(),
+                    1
+                )]
+            ),
+            (
+                vec!["secure.example".to_string()],
+                vec![(
+                    "outbound|8443||secure.default.svc.cluster.local".to_string(),
+                    1
+                )]
+            ),
+        ]
+    );
+    assert_eq!(
+        l.listener_filters[0].name,
+        "envoy.filters.listener.tls_inspector"
+    );
+    // ServiceEntry hosts without addresses: the shared listener, each SNI once although
+    // the VirtualService comes with both hosts, the weighted split as weighted_clusters.
+    let l = listener(&snapshot, &sidecar, "0.0.0.0_443");
+    let sni: Vec<_> = l
+        .filter_chains
+        .iter()
+        .map(|c| (chain_match(c).1, destination(c)))
+        .collect();
+    assert_eq!(
+        sni,
+        [
+            (
+                vec!["pay-eu.example.com".to_string()],
+                vec![("outbound|443||pay-eu.example.com".to_string(), 1)]
+            ),
+            (
+                vec!["pay.example.com".to_string()],
+                vec![
+                    ("outbound|443||pay.example.com".to_string(), 80),
+                    ("outbound|443||pay-eu.example.com".to_string(), 20)
+                ]
+            ),
+            (vec![], vec![("PassthroughCluster".to_string(), 1)]),
+        ]
+    );
+    assert_eq!(
+        l.listener_filters[0].name,
+        "envoy.filters.listener.tls_inspector"
+    );
+}
+
+fn typed<M: Message + Default>(socket: &TransportSocket) -> M {
+    let Some(transport_socket::ConfigType::TypedConfig(a)) = &socket.config_type else {
+        panic!("typed config expected")
+    };
+    M::decode(a.value.as_slice()).expect("decodes")
+}
+
+#[test]
+fn proxy_protocol_wraps_the_transport_socket() {
+    let (snapshot, sidecar, proxyless) = snapshot();
+    let plain = cluster(
+        &snapshot,
+        &sidecar,
+        "outbound|9000||echo.default.svc.cluster.local",
+    );
+    let socket = plain.transport_socket.expect("a transport socket");
+    assert_eq!(
+        socket.name,
+        "envoy.transport_sockets.upstream_proxy_protocol"
+    );
+    let pp: ProxyProtocolUpstreamTransport = typed(&socket);
+    assert_eq!(pp.config.unwrap().version, 1, "V2");
+    assert_eq!(
+        pp.transport_socket.unwrap().name,
+        "envoy.transport_sockets.raw_buffer",
+        "plaintext is wrapped as raw_buffer"
+    );
+    let tls = cluster(
+        &snapshot,
+        &sidecar,
+        "outbound|8443|v1|secure.default.svc.cluster.local",
+    );
+    let pp: ProxyProtocolUpstreamTransport = typed(&tls.transport_socket.unwrap());
+    assert_eq!(pp.config.unwrap().version, 0, "V1 when unset");
+    assert_eq!(
+        pp.transport_socket.unwrap().name,
+        "envoy.transport_sockets.tls",
+        "the TLS socket is wrapped"
+    );
+    let grpc = cluster(
+        &snapshot,
+        &proxyless,
+        "outbound|9000||echo.default.svc.cluster.local",
+    );
+    assert!(
+        grpc.transport_socket.is_none(),
+        "gRPC has no PROXY protocol"
+    );
+}
+
+#[test]
+fn retry_budget_is_the_circuit_breakers_budget() {
+    let (snapshot, sidecar, proxyless) = snapshot();
+    let budget = |c: Cluster| {
+        c.circuit_breakers.unwrap().thresholds[0]
+            .retry_budget
+            .map(|b| {
+                (
+                    b.budget_percent.unwrap().value,
+                    b.min_retry_concurrency.unwrap().value,
+                )
+            })
+    };
+    assert_eq!(
+        budget(cluster(
+            &snapshot,
+            &sidecar,
+            "outbound|9000|v2|echo.default.svc.cluster.local"
+        )),
+        Some((25.0, 5))
+    );
+    assert_eq!(
+        budget(cluster(
+            &snapshot,
+            &sidecar,
+            "outbound|8443||secure.default.svc.cluster.local"
+        )),
+        Some((20.0, 3)),
+        "Istio's defaults"
+    );
+    assert_eq!(
+        budget(cluster(
+            &snapshot,
+            &proxyless,
+            "outbound|9000||echo.default.svc.cluster.local"
+        )),
+        None
+    );
+}
