@@ -17,8 +17,6 @@ use crate::config::{ConfigError, ConfigKey};
 /// translate into xDS yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Untranslated {
-    /// DestinationRule `trafficPolicy.tunnel`.
-    Tunnel,
     /// DestinationRule `loadBalancer.warmup`.
     Warmup,
     /// DestinationRule `loadBalancer.warmupDurationSecs`.
@@ -27,8 +25,6 @@ pub enum Untranslated {
     CookieAttributes,
     /// DestinationRule `tls.caCrl`.
     CaCrl,
-    /// DestinationRule `connectionPool.tcp.idleTimeout`.
-    TcpIdleTimeout,
     /// ServiceEntry `subjectAltNames`.
     ServiceEntrySubjectAltNames,
     /// ServiceEntry `endpoints[].network`.
@@ -39,13 +35,11 @@ pub enum Untranslated {
 
 impl Untranslated {
     /// Every untranslated field, for documentation and tests.
-    pub const ALL: [Untranslated; 9] = [
-        Untranslated::Tunnel,
+    pub const ALL: [Untranslated; 7] = [
         Untranslated::Warmup,
         Untranslated::WarmupDurationSecs,
         Untranslated::CookieAttributes,
         Untranslated::CaCrl,
-        Untranslated::TcpIdleTimeout,
         Untranslated::ServiceEntrySubjectAltNames,
         Untranslated::EndpointNetwork,
         Untranslated::EndpointServiceAccount,
@@ -54,13 +48,11 @@ impl Untranslated {
     /// What ignoring the field means for traffic.
     pub fn consequence(self) -> &'static str {
         match self {
-            Untranslated::Tunnel => "connections are not tunneled",
             Untranslated::Warmup | Untranslated::WarmupDurationSecs => {
                 "new endpoints get their full share of traffic at once"
             }
             Untranslated::CookieAttributes => "the generated cookie carries no extra attributes",
             Untranslated::CaCrl => "server certificates are not checked against the CRL",
-            Untranslated::TcpIdleTimeout => "Envoy's default TCP idle timeout applies",
             Untranslated::ServiceEntrySubjectAltNames => {
                 "server certificates are not checked against these names"
             }
@@ -131,12 +123,8 @@ pub fn destination_rule_notices(key: &ConfigKey, spec: &DestinationRuleSpec) -> 
 }
 
 fn traffic_policy(n: &mut Notices, path: &str, tp: &TrafficPolicy) {
-    if tp.tunnel.is_some() {
-        n.untranslated(format!("{path}.tunnel"), Untranslated::Tunnel);
-    }
     let mut port_level = |lb: Option<&LoadBalancerSettings>,
                           tls: Option<&crate::api::ClientTlsSettings>,
-                          pool: Option<&crate::api::ConnectionPoolSettings>,
                           at: &str| {
         if let Some(lb) = lb {
             load_balancer(n, &format!("{at}.loadBalancer"), lb);
@@ -152,27 +140,12 @@ fn traffic_policy(n: &mut Notices, path: &str, tp: &TrafficPolicy) {
                 );
             }
         }
-        if pool
-            .and_then(|p| p.tcp.as_ref())
-            .is_some_and(|t| t.idle_timeout.is_some())
-        {
-            n.untranslated(
-                format!("{at}.connectionPool.tcp.idleTimeout"),
-                Untranslated::TcpIdleTimeout,
-            );
-        }
     };
-    port_level(
-        tp.load_balancer.as_ref(),
-        tp.tls.as_ref(),
-        tp.connection_pool.as_ref(),
-        path,
-    );
+    port_level(tp.load_balancer.as_ref(), tp.tls.as_ref(), path);
     for (i, pl) in tp.port_level_settings.iter().enumerate() {
         port_level(
             pl.load_balancer.as_ref(),
             pl.tls.as_ref(),
-            pl.connection_pool.as_ref(),
             &format!("{path}.portLevelSettings[{i}]"),
         );
     }
@@ -284,9 +257,7 @@ mod tests {
                 "spec.trafficPolicy.loadBalancer.warmup",
                 "spec.trafficPolicy.loadBalancer.warmupDurationSecs",
                 "spec.trafficPolicy.loadBalancer.consistentHash.httpCookie.attributes",
-                "spec.trafficPolicy.connectionPool.tcp.idleTimeout",
                 "spec.trafficPolicy.portLevelSettings[0].tls.caCrl",
-                "spec.subsets[0].trafficPolicy.tunnel",
             ]
         );
 

@@ -398,19 +398,19 @@ pub fn outlier_detection(od: &OutlierDetection) -> EnvoyOutlier {
 
 /// Upstream HTTP options of a sidecar cluster: HTTP/2 for h2 and gRPC ports (or when
 /// `h2UpgradePolicy: UPGRADE`), the client's protocol with `useClientProtocol`, and the
-/// pool's idle timeout, request cap per connection and connection lifetime.
+/// pool's idle timeout (`http.idleTimeout`, else `tcp.idleTimeout`, as Istio), request cap
+/// per connection and connection lifetime. Non-HTTP clusters carry only the common
+/// options, as Istio attaches them to every cluster (they shape CONNECT tunnels).
 pub fn http_protocol_options(
     protocol: Protocol,
     pool: Option<&ConnectionPoolSettings>,
 ) -> Option<HttpProtocolOptions> {
     let http = pool.and_then(|p| p.http.as_ref());
     let tcp = pool.and_then(|p| p.tcp.as_ref());
-    if !protocol.is_http() {
-        return None;
-    }
     let common = CoreHttpOptions {
         idle_timeout: http
             .and_then(|h| h.idle_timeout.as_ref())
+            .or_else(|| tcp.and_then(|t| t.idle_timeout.as_ref()))
             .and_then(api_duration),
         max_requests_per_connection: http
             .and_then(|h| h.max_requests_per_connection)
@@ -422,6 +422,19 @@ pub fn http_protocol_options(
         ..Default::default()
     };
     let has_common = common != CoreHttpOptions::default();
+    if !protocol.is_http() {
+        return has_common.then(|| HttpProtocolOptions {
+            common_http_protocol_options: Some(common),
+            upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(
+                ExplicitHttpConfig {
+                    protocol_config: Some(ProtocolConfig::HttpProtocolOptions(
+                        Http1ProtocolOptions::default(),
+                    )),
+                },
+            )),
+            ..Default::default()
+        });
+    }
     let h2_options = || Http2ProtocolOptions {
         max_concurrent_streams: http
             .and_then(|h| h.max_concurrent_streams)
@@ -665,6 +678,27 @@ mod tests {
     fn http_options_follow_port_protocol_and_pool() {
         assert!(http_protocol_options(Protocol::Http, None).is_none());
         assert!(http_protocol_options(Protocol::Tcp, None).is_none());
+        let tcp_pool: ConnectionPoolSettings =
+            serde_json::from_value(json!({"tcp": {"idleTimeout": "30s"}})).unwrap();
+        let tcp = http_protocol_options(Protocol::Tcp, Some(&tcp_pool)).unwrap();
+        assert_eq!(
+            tcp.common_http_protocol_options
+                .unwrap()
+                .idle_timeout
+                .unwrap()
+                .seconds,
+            30,
+            "tcp.idleTimeout is the cluster's idle timeout, on TCP clusters too (Istio)"
+        );
+        let h1 = http_protocol_options(Protocol::Http, Some(&tcp_pool)).unwrap();
+        assert_eq!(
+            h1.common_http_protocol_options
+                .unwrap()
+                .idle_timeout
+                .unwrap()
+                .seconds,
+            30
+        );
         let grpc = http_protocol_options(Protocol::Grpc, None).unwrap();
         assert!(matches!(
             grpc.upstream_protocol_options,

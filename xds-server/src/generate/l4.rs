@@ -14,6 +14,13 @@
 //! Every chain ends in a tcp_proxy to the route's destination, or `weighted_clusters` for
 //! several. `sourceSubnet` is read by neither (Istio 1.30 does not translate it either).
 //! The listeners decide where the chains go ([`super::lds`]).
+//!
+//! The tcp_proxy takes two settings from the DestinationRule of its (first) destination's
+//! host, as Istio's `buildOutboundNetworkFilters*` does: `trafficPolicy.tunnel` becomes
+//! `tunneling_config` (HTTP CONNECT, or POST, to `targetHost:targetPort`; a single
+//! destination with a subset reads the subset's `tunnel` only, a split reads the
+//! rule's), and `trafficPolicy.connectionPool.tcp.idleTimeout` becomes `idle_timeout`
+//! (the rule's top level only, as in Istio).
 
 use envoy_types::pb::envoy::config::core::v3::CidrRange;
 use envoy_types::pb::envoy::config::listener::v3::{Filter, filter};
@@ -22,7 +29,9 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
     tcp_proxy::{self, WeightedCluster},
 };
 use envoy_types::pb::envoy::r#type::v3::{HashPolicy as TypeHashPolicy, hash_policy};
-use pilotfish_mesh::api::{L4MatchAttributes, RouteDestination, TlsMatchAttributes};
+use pilotfish_mesh::api::{
+    Destination, L4MatchAttributes, RouteDestination, TlsMatchAttributes, TunnelSettings,
+};
 use pilotfish_mesh::model::{Protocol, Proxy, labels_match};
 use pilotfish_mesh::push_context::PushContext;
 
@@ -30,7 +39,7 @@ use super::findings::{Finding, RouteKind};
 use super::names;
 use super::plan::{ClusterPlan, OutboundPlan};
 use super::route::{RouteEnv, destination_cluster, normalized_weights};
-use super::util::{any, u32_value};
+use super::util::{any, api_duration, u32_value};
 
 pub const TCP_PROXY_FILTER: &str = "envoy.filters.network.tcp_proxy";
 
@@ -75,11 +84,13 @@ pub fn l4_chains(
     };
     let vs = push.virtual_service_for_host(&c.service.hostname, &proxy.namespace);
     let own = || {
-        tcp_proxy_filter(
+        let mut tcp = tcp_proxy(
             &c.name,
             tcp_proxy::ClusterSpecifier::Cluster(c.name.clone()),
             source_ip_hash(c),
-        )
+        );
+        rule_options(push, proxy, &c.service.hostname, None, &mut tcp);
+        tcp_filter(tcp)
     };
     let route_filter = |routes: &[RouteDestination], findings: &mut Vec<Finding>| {
         if routes.is_empty() {
@@ -218,7 +229,62 @@ fn routed_filter(
                 .collect(),
         })
     };
-    tcp_proxy_filter(&c.name, specifier, source_ip_hash(c))
+    let mut tcp = tcp_proxy(&c.name, specifier, source_ip_hash(c));
+    // Istio reads the rule of the first destination's host; a split ignores subsets.
+    let first = &routes[0].destination;
+    let subset = (routes.len() == 1).then(|| first.subset.as_deref().unwrap_or(""));
+    rule_options(env.push, env.proxy, &first.host, subset, &mut tcp);
+    tcp_filter(tcp)
+}
+
+/// `tunneling_config` and `idle_timeout` from the DestinationRule of `host`: `subset`
+/// `None` reads the rule's `tunnel`, `Some(name)` (a single destination) the tunnel of
+/// that subset only (`""`: the rule's).
+fn rule_options(
+    push: &PushContext,
+    proxy: &Proxy,
+    host: &str,
+    subset: Option<&str>,
+    tcp: &mut TcpProxy,
+) {
+    let Some(service) = push.service_for(host, &proxy.namespace) else {
+        return;
+    };
+    let Some(rule) = push.destination_rule(proxy, &service.hostname, Some(&service.namespace))
+    else {
+        return;
+    };
+    let policy = rule.spec.traffic_policy.as_ref();
+    let tunnel = match subset.filter(|s| !s.is_empty()) {
+        Some(name) => rule
+            .spec
+            .subsets
+            .iter()
+            .find(|s| s.name == name)
+            .and_then(|s| s.traffic_policy.as_ref())
+            .and_then(|p| p.tunnel.as_ref()),
+        None => policy.and_then(|p| p.tunnel.as_ref()),
+    };
+    tcp.tunneling_config = tunnel.map(tunneling_config);
+    tcp.idle_timeout = policy
+        .and_then(|p| p.connection_pool.as_ref())
+        .and_then(|p| p.tcp.as_ref())
+        .and_then(|t| t.idle_timeout.as_ref())
+        .and_then(api_duration);
+}
+
+/// CONNECT (or POST) to `targetHost:targetPort` through the destination.
+fn tunneling_config(tunnel: &TunnelSettings) -> tcp_proxy::TunnelingConfig {
+    let host = if tunnel.target_host.contains(':') {
+        format!("[{}]", tunnel.target_host)
+    } else {
+        tunnel.target_host.clone()
+    };
+    tcp_proxy::TunnelingConfig {
+        hostname: format!("{host}:{}", tunnel.target_port),
+        use_post: tunnel.protocol.as_deref() == Some("POST"),
+        ..Default::default()
+    }
 }
 
 /// Istio's static predicates of a `tcp` match: port, `mesh` gateway, source labels and
@@ -261,11 +327,7 @@ fn static_match(
 
 /// A TCP destination's cluster; one the proxy does not have becomes `BlackHoleCluster`
 /// (and is noted in `findings`).
-fn resolve(
-    env: &RouteEnv<'_>,
-    dest: &pilotfish_mesh::api::Destination,
-    findings: &mut Vec<Finding>,
-) -> String {
+fn resolve(env: &RouteEnv<'_>, dest: &Destination, findings: &mut Vec<Finding>) -> String {
     destination_cluster(env, dest).unwrap_or_else(|cluster| {
         findings.push(Finding::UnresolvedDestination {
             kind: RouteKind::Tcp,
@@ -282,14 +344,26 @@ pub fn tcp_proxy_filter(
     cluster: tcp_proxy::ClusterSpecifier,
     hash_policy: Vec<TypeHashPolicy>,
 ) -> Filter {
+    tcp_filter(tcp_proxy(stat_prefix, cluster, hash_policy))
+}
+
+fn tcp_proxy(
+    stat_prefix: &str,
+    cluster: tcp_proxy::ClusterSpecifier,
+    hash_policy: Vec<TypeHashPolicy>,
+) -> TcpProxy {
+    TcpProxy {
+        stat_prefix: stat_prefix.to_string(),
+        cluster_specifier: Some(cluster),
+        hash_policy,
+        ..Default::default()
+    }
+}
+
+fn tcp_filter(tcp: TcpProxy) -> Filter {
     Filter {
         name: TCP_PROXY_FILTER.to_string(),
-        config_type: Some(filter::ConfigType::TypedConfig(any(&TcpProxy {
-            stat_prefix: stat_prefix.to_string(),
-            cluster_specifier: Some(cluster),
-            hash_policy,
-            ..Default::default()
-        }))),
+        config_type: Some(filter::ConfigType::TypedConfig(any(&tcp))),
     }
 }
 

@@ -256,3 +256,72 @@ fn retry_budget_is_the_circuit_breakers_budget() {
         None
     );
 }
+
+#[test]
+fn tunnel_becomes_the_tcp_proxy_tunneling_config() {
+    let (snapshot, sidecar, _) = snapshot();
+    let tunnel = |chain: &FilterChain| {
+        tcp_proxy(chain)
+            .tunneling_config
+            .map(|t| (t.hostname, t.use_post))
+    };
+    let echo = listener(&snapshot, &sidecar, "10.96.20.1_9000");
+    assert_eq!(
+        tunnel(&echo.filter_chains[0]),
+        None,
+        "subset v2 has no tunnel"
+    );
+    assert_eq!(
+        tunnel(&echo.filter_chains[1]),
+        Some(("echo-v1.internal:9000".to_string(), false)),
+        "subset v1's own tunnel"
+    );
+    let secure = listener(&snapshot, &sidecar, "10.96.20.2_8443");
+    assert_eq!(
+        tunnel(&secure.filter_chains[0]),
+        None,
+        "a route naming a subset reads only the subset's tunnel (Istio)"
+    );
+    assert_eq!(
+        tunnel(&secure.filter_chains[1]),
+        Some(("secure.internal:8443".to_string(), false))
+    );
+    let shared = listener(&snapshot, &sidecar, "0.0.0.0_443");
+    assert_eq!(
+        tunnel(&shared.filter_chains[1]),
+        Some(("pay.example.com:8443".to_string(), true)),
+        "a split uses the rule of its first destination, POST"
+    );
+}
+
+#[test]
+fn tcp_idle_timeout_reaches_tcp_proxy_and_cluster() {
+    let (snapshot, sidecar, _) = snapshot();
+    let echo = listener(&snapshot, &sidecar, "10.96.20.1_9000");
+    for chain in &echo.filter_chains {
+        assert_eq!(tcp_proxy(chain).idle_timeout.unwrap().seconds, 3600);
+    }
+    let c = cluster(
+        &snapshot,
+        &sidecar,
+        "outbound|9000||echo.default.svc.cluster.local",
+    );
+    let options = c
+        .typed_extension_protocol_options
+        .get("envoy.extensions.upstreams.http.v3.HttpProtocolOptions")
+        .expect("HTTP protocol options, as Istio attaches them to TCP clusters too");
+    let options =
+        envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions::decode(
+            options.value.as_slice(),
+        )
+        .unwrap();
+    assert_eq!(
+        options
+            .common_http_protocol_options
+            .unwrap()
+            .idle_timeout
+            .unwrap()
+            .seconds,
+        3600
+    );
+}
