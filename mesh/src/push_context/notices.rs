@@ -8,8 +8,7 @@
 //! then points at the walker line that reported it.
 
 use crate::api::{
-    DestinationRuleSpec, LoadBalancerSettings, Resolution, ServiceEntrySpec, TlsMode,
-    TrafficPolicy, VirtualServiceSpec,
+    DestinationRuleSpec, Resolution, ServiceEntrySpec, TlsMode, TrafficPolicy, VirtualServiceSpec,
 };
 use crate::config::{ConfigError, ConfigKey};
 
@@ -17,14 +16,6 @@ use crate::config::{ConfigError, ConfigKey};
 /// translate into xDS yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Untranslated {
-    /// DestinationRule `loadBalancer.warmup`.
-    Warmup,
-    /// DestinationRule `loadBalancer.warmupDurationSecs`.
-    WarmupDurationSecs,
-    /// DestinationRule `loadBalancer.consistentHash.httpCookie.attributes`.
-    CookieAttributes,
-    /// DestinationRule `tls.caCrl`.
-    CaCrl,
     /// ServiceEntry `subjectAltNames`.
     ServiceEntrySubjectAltNames,
     /// ServiceEntry `endpoints[].network`.
@@ -35,11 +26,7 @@ pub enum Untranslated {
 
 impl Untranslated {
     /// Every untranslated field, for documentation and tests.
-    pub const ALL: [Untranslated; 7] = [
-        Untranslated::Warmup,
-        Untranslated::WarmupDurationSecs,
-        Untranslated::CookieAttributes,
-        Untranslated::CaCrl,
+    pub const ALL: [Untranslated; 3] = [
         Untranslated::ServiceEntrySubjectAltNames,
         Untranslated::EndpointNetwork,
         Untranslated::EndpointServiceAccount,
@@ -48,11 +35,6 @@ impl Untranslated {
     /// What ignoring the field means for traffic.
     pub fn consequence(self) -> &'static str {
         match self {
-            Untranslated::Warmup | Untranslated::WarmupDurationSecs => {
-                "new endpoints get their full share of traffic at once"
-            }
-            Untranslated::CookieAttributes => "the generated cookie carries no extra attributes",
-            Untranslated::CaCrl => "server certificates are not checked against the CRL",
             Untranslated::ServiceEntrySubjectAltNames => {
                 "server certificates are not checked against these names"
             }
@@ -123,54 +105,17 @@ pub fn destination_rule_notices(key: &ConfigKey, spec: &DestinationRuleSpec) -> 
 }
 
 fn traffic_policy(n: &mut Notices, path: &str, tp: &TrafficPolicy) {
-    let mut port_level = |lb: Option<&LoadBalancerSettings>,
-                          tls: Option<&crate::api::ClientTlsSettings>,
-                          at: &str| {
-        if let Some(lb) = lb {
-            load_balancer(n, &format!("{at}.loadBalancer"), lb);
-        }
-        if let Some(tls) = tls {
-            if tls.ca_crl.as_deref().is_some_and(|c| !c.is_empty()) {
-                n.untranslated(format!("{at}.tls.caCrl"), Untranslated::CaCrl);
-            }
-            if tls.mode == Some(TlsMode::IstioMutual) {
-                n.behaviour(
-                    &format!("{at}.tls.mode"),
-                    "Pilotfish does not issue certificates yet: ISTIO_MUTUAL relies on the sidecar's own SDS provider (secrets `default` and `ROOTCA`)",
-                );
-            }
+    let mut tls_notice = |tls: Option<&crate::api::ClientTlsSettings>, at: &str| {
+        if tls.is_some_and(|t| t.mode == Some(TlsMode::IstioMutual)) {
+            n.behaviour(
+                &format!("{at}.tls.mode"),
+                "Pilotfish does not issue certificates yet: ISTIO_MUTUAL relies on the sidecar's own SDS provider (secrets `default` and `ROOTCA`)",
+            );
         }
     };
-    port_level(tp.load_balancer.as_ref(), tp.tls.as_ref(), path);
+    tls_notice(tp.tls.as_ref(), path);
     for (i, pl) in tp.port_level_settings.iter().enumerate() {
-        port_level(
-            pl.load_balancer.as_ref(),
-            pl.tls.as_ref(),
-            &format!("{path}.portLevelSettings[{i}]"),
-        );
-    }
-}
-
-fn load_balancer(n: &mut Notices, path: &str, lb: &LoadBalancerSettings) {
-    if lb.warmup.is_some() {
-        n.untranslated(format!("{path}.warmup"), Untranslated::Warmup);
-    }
-    if lb.warmup_duration_secs.is_some() {
-        n.untranslated(
-            format!("{path}.warmupDurationSecs"),
-            Untranslated::WarmupDurationSecs,
-        );
-    }
-    if lb
-        .consistent_hash
-        .as_ref()
-        .and_then(|c| c.http_cookie.as_ref())
-        .is_some_and(|c| !c.attributes.is_empty())
-    {
-        n.untranslated(
-            format!("{path}.consistentHash.httpCookie.attributes"),
-            Untranslated::CookieAttributes,
-        );
+        tls_notice(pl.tls.as_ref(), &format!("{path}.portLevelSettings[{i}]"));
     }
 }
 
@@ -251,14 +196,9 @@ mod tests {
         }))
         .unwrap();
         let key = ConfigKey::new(ConfigKind::DestinationRule, "ns", "n");
-        assert_eq!(
-            paths(&destination_rule_notices(&key, &dr)),
-            [
-                "spec.trafficPolicy.loadBalancer.warmup",
-                "spec.trafficPolicy.loadBalancer.warmupDurationSecs",
-                "spec.trafficPolicy.loadBalancer.consistentHash.httpCookie.attributes",
-                "spec.trafficPolicy.portLevelSettings[0].tls.caCrl",
-            ]
+        assert!(
+            paths(&destination_rule_notices(&key, &dr)).is_empty(),
+            "every DestinationRule field is translated now"
         );
 
         let se: ServiceEntrySpec = serde_json::from_value(json!({

@@ -42,7 +42,7 @@ use super::names;
 use super::plan::{ClusterPlan, Discovery, OutboundPlan};
 use super::scope::{Flavor, InboundPort};
 use super::tls::transport_socket;
-use super::upstream::apply_connection_options;
+use super::upstream::{apply_connection_options, slow_start_lb_config};
 use super::util::{ads_config_source, any, api_duration, duration, u32_value};
 
 /// The key Envoy reads upstream HTTP options under.
@@ -292,8 +292,8 @@ pub fn lb_setup(
     }
     let simple = lb.and_then(|l| l.simple);
     match flavor {
-        Flavor::Sidecar => LbSetup {
-            policy: match simple {
+        Flavor::Sidecar => {
+            let policy = match simple {
                 Some(SimpleLb::RoundRobin) => LbPolicy::RoundRobin,
                 Some(SimpleLb::Random) => LbPolicy::Random,
                 // PASSTHROUGH turns the cluster into ORIGINAL_DST (see the plan).
@@ -302,10 +302,20 @@ pub fn lb_setup(
                 | Some(SimpleLb::Unspecified | SimpleLb::LeastConn | SimpleLb::LeastRequest) => {
                     LbPolicy::LeastRequest
                 }
-            },
-            config: None,
-        },
+            };
+            LbSetup {
+                policy,
+                config: lb.and_then(|l| slow_start_lb_config(policy, l)),
+            }
+        }
         Flavor::Proxyless => {
+            if lb.is_some_and(|l| l.warmup.is_some() || l.warmup_duration_secs.is_some()) {
+                findings.push(Finding::Downgrade(Downgrade::new(
+                    "slow_start",
+                    cluster,
+                    "slow start (warmup)",
+                )));
+            }
             if let Some(
                 s @ (SimpleLb::Random
                 | SimpleLb::LeastConn

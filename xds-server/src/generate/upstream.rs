@@ -11,18 +11,21 @@
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::cluster::v3::circuit_breakers::thresholds;
+use envoy_types::pb::envoy::config::cluster::v3::cluster::{
+    LbConfig, LbPolicy, LeastRequestLbConfig, RoundRobinLbConfig, SlowStartConfig,
+};
 use envoy_types::pb::envoy::config::core::v3::{
-    ProxyProtocolConfig, TransportSocket, proxy_protocol_config, transport_socket,
+    ProxyProtocolConfig, RuntimeDouble, TransportSocket, proxy_protocol_config, transport_socket,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::proxy_protocol::v3::ProxyProtocolUpstreamTransport;
 use envoy_types::pb::envoy::extensions::transport_sockets::raw_buffer::v3::RawBuffer;
 use envoy_types::pb::envoy::r#type::v3::Percent;
-use pilotfish_mesh::api::{ProxyProtocol, ProxyProtocolVersion, RetryBudget};
+use pilotfish_mesh::api::{LoadBalancerSettings, ProxyProtocol, ProxyProtocolVersion, RetryBudget};
 
 use super::findings::{Downgrade, Finding};
 use super::policy::ClusterPolicy;
 use super::scope::Flavor;
-use super::util::{any, u32_value};
+use super::util::{any, api_duration, u32_value};
 
 /// The transport socket Envoy registers the upstream PROXY protocol under.
 pub const PROXY_PROTOCOL_TRANSPORT_SOCKET: &str = "envoy.transport_sockets.upstream_proxy_protocol";
@@ -111,5 +114,40 @@ pub fn retry_budget(budget: &RetryBudget) -> thresholds::RetryBudget {
             budget.min_retry_concurrency.filter(|n| *n > 0).unwrap_or(3),
         ),
         ..Default::default()
+    }
+}
+
+/// Slow start for round robin and least request (the policies Envoy offers it for):
+/// `warmup` (window, aggression 1 and minimum weight 10% unless set; Istio pins the
+/// runtime key to `(`, which no runtime layer defines) or else the deprecated
+/// `warmupDurationSecs` (window only).
+pub fn slow_start_lb_config(policy: LbPolicy, lb: &LoadBalancerSettings) -> Option<LbConfig> {
+    let slow_start = if let Some(warmup) = &lb.warmup {
+        SlowStartConfig {
+            slow_start_window: api_duration(&warmup.duration),
+            aggression: Some(RuntimeDouble {
+                default_value: warmup.aggression.unwrap_or(1.0),
+                runtime_key: "(".to_string(),
+            }),
+            min_weight_percent: Some(Percent {
+                value: warmup.minimum_percent.unwrap_or(10.0),
+            }),
+        }
+    } else {
+        SlowStartConfig {
+            slow_start_window: api_duration(lb.warmup_duration_secs.as_ref()?),
+            ..Default::default()
+        }
+    };
+    match policy {
+        LbPolicy::RoundRobin => Some(LbConfig::RoundRobinLbConfig(RoundRobinLbConfig {
+            slow_start_config: Some(slow_start),
+            ..Default::default()
+        })),
+        LbPolicy::LeastRequest => Some(LbConfig::LeastRequestLbConfig(LeastRequestLbConfig {
+            slow_start_config: Some(slow_start),
+            ..Default::default()
+        })),
+        _ => None,
     }
 }

@@ -325,3 +325,93 @@ fn tcp_idle_timeout_reaches_tcp_proxy_and_cluster() {
         3600
     );
 }
+
+#[test]
+fn warmup_becomes_slow_start_of_round_robin_and_least_request() {
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::LbConfig;
+    let (snapshot, sidecar, proxyless) = snapshot();
+    let c = cluster(
+        &snapshot,
+        &sidecar,
+        "outbound|8080||web.default.svc.cluster.local",
+    );
+    let Some(LbConfig::RoundRobinLbConfig(rr)) = c.lb_config else {
+        panic!("round robin config expected")
+    };
+    let s = rr.slow_start_config.unwrap();
+    assert_eq!(s.slow_start_window.unwrap().seconds, 60);
+    assert_eq!(s.aggression.unwrap().default_value, 2.0);
+    assert_eq!(s.min_weight_percent.unwrap().value, 20.0);
+    let c = cluster(
+        &snapshot,
+        &sidecar,
+        "outbound|8080|v1|web.default.svc.cluster.local",
+    );
+    let Some(LbConfig::LeastRequestLbConfig(lr)) = c.lb_config else {
+        panic!("least request config expected")
+    };
+    let s = lr.slow_start_config.unwrap();
+    assert_eq!(
+        (
+            s.slow_start_window.unwrap().seconds,
+            s.aggression,
+            s.min_weight_percent
+        ),
+        (30, None, None),
+        "warmupDurationSecs sets the window only"
+    );
+    let c = cluster(
+        &snapshot,
+        &proxyless,
+        "outbound|8080||web.default.svc.cluster.local",
+    );
+    assert!(c.lb_config.is_none(), "gRPC has no slow start");
+}
+
+#[test]
+fn cookie_attributes_reach_the_hash_policy() {
+    use envoy_types::pb::envoy::config::route::v3::{
+        RouteConfiguration, route::Action, route_action::hash_policy::PolicySpecifier,
+    };
+    let (snapshot, sidecar, _) = snapshot();
+    let all = snapshot.all(&sidecar, XdsType::Route);
+    let rc = RouteConfiguration::decode(
+        all["web.default.svc.cluster.local:8080"]
+            .body
+            .value
+            .as_slice(),
+    )
+    .unwrap();
+    let Some(Action::Route(action)) = &rc.virtual_hosts[0].routes[0].action else {
+        panic!("route action expected")
+    };
+    let Some(PolicySpecifier::Cookie(cookie)) = &action.hash_policy[0].policy_specifier else {
+        panic!("cookie hash policy expected")
+    };
+    let attributes: Vec<(&str, &str)> = cookie
+        .attributes
+        .iter()
+        .map(|a| (a.name.as_str(), a.value.as_str()))
+        .collect();
+    assert_eq!(attributes, [("SameSite", "Strict"), ("Secure", "")]);
+}
+
+#[test]
+fn ca_crl_is_the_validation_context_crl_file() {
+    use envoy_types::pb::envoy::config::core::v3::data_source::Specifier;
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        UpstreamTlsContext, common_tls_context::ValidationContextType,
+    };
+    let (snapshot, sidecar, _) = snapshot();
+    let c = cluster(&snapshot, &sidecar, "outbound|9443||bank.example.com");
+    let tls: UpstreamTlsContext = typed(&c.transport_socket.unwrap());
+    let Some(ValidationContextType::CombinedValidationContext(v)) =
+        tls.common_tls_context.unwrap().validation_context_type
+    else {
+        panic!("combined validation context expected")
+    };
+    assert_eq!(
+        v.default_validation_context.unwrap().crl.unwrap().specifier,
+        Some(Specifier::Filename("/etc/certs/bank.crl".into()))
+    );
+}
