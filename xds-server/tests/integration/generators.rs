@@ -468,3 +468,38 @@ spec:
         ]
     );
 }
+
+#[test]
+fn gateways_get_no_sidecar_output() {
+    use pilotfish_mesh::model::ProxyType;
+    let snapshot = GeneratedSnapshot::new(Arc::new(push(SHOP)), 1, ChangeKind::Full);
+    let gateway = Proxy {
+        proxy_type: ProxyType::Router,
+        ..sidecar("shop", &[("app", "cart")])
+    };
+    for kind in XdsType::ALL {
+        assert!(
+            snapshot
+                .resources(&gateway, kind.type_url(), None)
+                .is_empty(),
+            "{kind:?}"
+        );
+        let named: BTreeSet<String> =
+            ["outbound|8080||cart.shop.svc.cluster.local".to_string()].into();
+        assert!(
+            snapshot
+                .resources(&gateway, kind.type_url(), Some(&named))
+                .is_empty()
+        );
+    }
+    assert_eq!(
+        snapshot.generations(),
+        0,
+        "nothing is generated for a gateway"
+    );
+    assert!(
+        !snapshot
+            .resources(&sidecar("shop", &[]), LISTENER_TYPE, None)
+            .is_empty()
+    );
+}
