@@ -1,48 +1,14 @@
-//! What Pilotfish accepts but does not do: Istio fields the generators do not translate
-//! yet, and Istio behaviour Pilotfish approximates. Each such field that an accepted object
-//! sets is reported as a warning naming the field, so `validate`, the object's status
-//! condition (`AcceptedWithWarnings`) and the log all say it is ignored.
-//!
-//! [`Untranslated`] is the one list of untranslated fields (the README's "not supported"
-//! list follows it): translating a field means deleting its variant here, and the compiler
-//! then points at the walker line that reported it.
+//! What Pilotfish accepts but does differently from Istio 1.30 (or, like Istio, ignores):
+//! each such field that an accepted object sets is reported as a warning naming the field,
+//! so `validate`, the object's status condition (`AcceptedWithWarnings`) and the log all
+//! say so. Every field of the networking v1 API that Istio translates is translated by
+//! the generators; a field added here says why it is not (the README's "not supported"
+//! list follows this file).
 
 use crate::api::{
     DestinationRuleSpec, Resolution, ServiceEntrySpec, TlsMode, TrafficPolicy, VirtualServiceSpec,
 };
 use crate::config::{ConfigError, ConfigKey};
-
-/// Fields of Istio's networking v1 API that Pilotfish parses and validates but does not
-/// translate into xDS yet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Untranslated {
-    /// ServiceEntry `subjectAltNames`.
-    ServiceEntrySubjectAltNames,
-    /// ServiceEntry `endpoints[].network`.
-    EndpointNetwork,
-    /// ServiceEntry `endpoints[].serviceAccount`.
-    EndpointServiceAccount,
-}
-
-impl Untranslated {
-    /// Every untranslated field, for documentation and tests.
-    pub const ALL: [Untranslated; 3] = [
-        Untranslated::ServiceEntrySubjectAltNames,
-        Untranslated::EndpointNetwork,
-        Untranslated::EndpointServiceAccount,
-    ];
-
-    /// What ignoring the field means for traffic.
-    pub fn consequence(self) -> &'static str {
-        match self {
-            Untranslated::ServiceEntrySubjectAltNames => {
-                "server certificates are not checked against these names"
-            }
-            Untranslated::EndpointNetwork => "all endpoints are treated as one network",
-            Untranslated::EndpointServiceAccount => "the endpoint's identity is not verified",
-        }
-    }
-}
 
 /// Collects the notices about one object.
 struct Notices<'k> {
@@ -51,17 +17,6 @@ struct Notices<'k> {
 }
 
 impl Notices<'_> {
-    fn untranslated(&mut self, path: String, field: Untranslated) {
-        self.list.push(ConfigError::warning(
-            self.key,
-            path,
-            format!(
-                "not translated by Pilotfish yet, so it is ignored: {}",
-                field.consequence()
-            ),
-        ));
-    }
-
     fn behaviour(&mut self, path: &str, message: &str) {
         self.list
             .push(ConfigError::warning(self.key, path, message));
@@ -125,26 +80,6 @@ pub fn service_entry_notices(key: &ConfigKey, spec: &ServiceEntrySpec) -> Vec<Co
         key,
         list: Vec::new(),
     };
-    if !spec.subject_alt_names.is_empty() {
-        n.untranslated(
-            "spec.subjectAltNames".to_string(),
-            Untranslated::ServiceEntrySubjectAltNames,
-        );
-    }
-    for (i, ep) in spec.endpoints.iter().enumerate() {
-        if ep.network.as_deref().is_some_and(|s| !s.is_empty()) {
-            n.untranslated(
-                format!("spec.endpoints[{i}].network"),
-                Untranslated::EndpointNetwork,
-            );
-        }
-        if ep.service_account.as_deref().is_some_and(|s| !s.is_empty()) {
-            n.untranslated(
-                format!("spec.endpoints[{i}].serviceAccount"),
-                Untranslated::EndpointServiceAccount,
-            );
-        }
-    }
     if spec.resolution == Some(Resolution::DynamicDns) {
         n.behaviour(
             "spec.resolution",
@@ -165,7 +100,7 @@ mod tests {
     }
 
     #[test]
-    fn every_untranslated_field_is_named_where_it_is_set() {
+    fn translated_fields_get_no_notice_and_behaviours_are_named() {
         let vs: VirtualServiceSpec = serde_json::from_value(json!({
             "hosts": ["a"],
             "tcp": [{"match": [{"destinationSubnets": ["10.0.0.0/8"], "sourceSubnet": "10.1.0.0/16"}], "route": [{"destination": {"host": "a"}}]}],
@@ -204,18 +139,15 @@ mod tests {
         let se: ServiceEntrySpec = serde_json::from_value(json!({
             "hosts": ["a.example"],
             "subjectAltNames": ["spiffe://x"],
-            "resolution": "STATIC",
+            "resolution": "DYNAMIC_DNS",
             "endpoints": [{"address": "10.0.0.1", "network": "n1", "serviceAccount": "sa"}]
         }))
         .unwrap();
         let key = ConfigKey::new(ConfigKind::ServiceEntry, "ns", "n");
         assert_eq!(
             paths(&service_entry_notices(&key, &se)),
-            [
-                "spec.subjectAltNames",
-                "spec.endpoints[0].network",
-                "spec.endpoints[0].serviceAccount"
-            ]
+            ["spec.resolution"],
+            "subjectAltNames and the endpoints' network and serviceAccount are translated"
         );
     }
 }

@@ -38,6 +38,7 @@ use pilotfish_mesh::push_context::PushContext;
 
 use super::eds::{cluster_endpoints, dns_load_assignment};
 use super::findings::{Downgrade, Finding};
+use super::identities::with_default_sans;
 use super::names;
 use super::plan::{ClusterPlan, Discovery, OutboundPlan};
 use super::scope::{Flavor, InboundPort};
@@ -228,8 +229,9 @@ fn outbound_cluster(
 
     let default_sni = (plan.service.mesh_external && !plan.service.is_wildcard())
         .then_some(plan.service.hostname.as_str());
+    let tls = with_default_sans(policy.tls.as_ref(), push, &plan.service);
     cluster.transport_socket = transport_socket(
-        policy.tls.as_ref(),
+        tls.as_deref(),
         flavor,
         &plan.name,
         (plan.port.port, &plan.subset, &plan.service.hostname),

@@ -24,6 +24,7 @@ pub mod cds;
 pub mod descriptors;
 pub mod eds;
 pub mod findings;
+pub mod identities;
 pub mod json;
 pub mod l4;
 pub mod lds;

@@ -24,6 +24,7 @@ use crate::ads::{ChangeKind, Resource, XdsSnapshot, XdsType};
 
 use super::canonical::canonicalize;
 use super::findings::{Finding, RouteKind};
+use super::identities::endpoint_identities;
 use super::metrics::{
     GENERATIONS, INCONSISTENT_REFERENCES, PROXYLESS_DOWNGRADES, UNRESOLVED_DESTINATIONS,
     UNSUPPORTED_PROXIES,
@@ -454,8 +455,9 @@ impl XdsSnapshot for GeneratedSnapshot {
 
 /// How `new` differs from `old` as far as the generated resources go: endpoints-only
 /// when only endpoints changed and none of those endpoints shape anything but EDS
-/// (named target ports decide a sidecar's inbound ports; headless services' endpoints are
-/// reached through ORIGINAL_DST clusters, so their changes are EDS-free but harmless).
+/// (named target ports decide a sidecar's inbound ports; endpoints' service accounts are
+/// the identities TLS verifies; headless services' endpoints are reached through
+/// ORIGINAL_DST clusters, so their changes are EDS-free but harmless).
 pub fn change_kind(old: &PushContext, new: &PushContext) -> ChangeKind {
     let summary = diff(old, new);
     if !summary.is_endpoints_only() {
@@ -474,7 +476,18 @@ pub fn change_kind(old: &PushContext, new: &PushContext) -> ChangeKind {
             })
         })
     });
-    if shapes_more_than_eds {
+    let identities_changed = summary.endpoints.iter().any(|(host, ns)| {
+        let of = |ctx: &PushContext| {
+            ctx.services()
+                .iter()
+                .find(|s| s.hostname == *host && s.namespace == *ns)
+                .and_then(|s| ctx.endpoints(s))
+                .map(|eps| endpoint_identities(eps, ns, &ctx.mesh().trust_domain))
+                .unwrap_or_default()
+        };
+        of(old) != of(new)
+    });
+    if shapes_more_than_eds || identities_changed {
         ChangeKind::Full
     } else {
         ChangeKind::EndpointsOnly

@@ -142,7 +142,6 @@ pub fn slow_start_lb_config(policy: LbPolicy, lb: &LoadBalancerSettings) -> Opti
     match policy {
         LbPolicy::RoundRobin => Some(LbConfig::RoundRobinLbConfig(RoundRobinLbConfig {
             slow_start_config: Some(slow_start),
-            ..Default::default()
         })),
         LbPolicy::LeastRequest => Some(LbConfig::LeastRequestLbConfig(LeastRequestLbConfig {
             slow_start_config: Some(slow_start),

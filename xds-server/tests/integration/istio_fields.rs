@@ -415,3 +415,126 @@ fn ca_crl_is_the_validation_context_crl_file() {
         Some(Specifier::Filename("/etc/certs/bank.crl".into()))
     );
 }
+
+fn verified_sans(c: Cluster) -> Vec<(String, i32)> {
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        UpstreamTlsContext, common_tls_context::ValidationContextType,
+    };
+    use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
+    let tls: UpstreamTlsContext = typed(&c.transport_socket.unwrap());
+    let Some(ValidationContextType::CombinedValidationContext(v)) =
+        tls.common_tls_context.unwrap().validation_context_type
+    else {
+        panic!("combined validation context expected")
+    };
+    v.default_validation_context
+        .unwrap()
+        .match_typed_subject_alt_names
+        .into_iter()
+        .map(|m| {
+            let Some(MatchPattern::Exact(s)) = m.matcher.unwrap().match_pattern else {
+                panic!("exact match expected")
+            };
+            (s, m.san_type)
+        })
+        .collect()
+}
+
+#[test]
+fn service_entry_identities_are_the_verified_sans() {
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        UpstreamTlsContext, common_tls_context::ValidationContextType,
+        subject_alt_name_matcher::SanType,
+    };
+    let (snapshot, sidecar, proxyless) = snapshot();
+    let uri = SanType::Uri as i32;
+    // ISTIO_MUTUAL: subjectAltNames plus the endpoints' service accounts as SPIFFE ids,
+    // for the whole service and its subsets alike.
+    for name in [
+        "outbound|7070||vms.mesh.internal",
+        "outbound|7070|vpc-1|vms.mesh.internal",
+    ] {
+        assert_eq!(
+            verified_sans(cluster(&snapshot, &sidecar, name)),
+            [
+                ("spiffe://cluster.local/ns/default/sa/vm".to_string(), uri),
+                (
+                    "spiffe://cluster.local/ns/default/sa/vm-legacy".to_string(),
+                    uri
+                )
+            ],
+            "{name}"
+        );
+    }
+    // Kubernetes Pods' service accounts too.
+    assert_eq!(
+        verified_sans(cluster(
+            &snapshot,
+            &sidecar,
+            "outbound|8443||secure.default.svc.cluster.local"
+        )),
+        [(
+            "spiffe://cluster.local/ns/default/sa/secure".to_string(),
+            uri
+        )]
+    );
+    // SIMPLE origination to a ServiceEntry host whose rule names no SANs: the entry's.
+    assert_eq!(
+        verified_sans(cluster(
+            &snapshot,
+            &sidecar,
+            "outbound|9443||bank.example.com"
+        )),
+        [("api.bank.example.com".to_string(), SanType::Dns as i32)]
+    );
+    // gRPC reads `match_subject_alt_names`.
+    let c = cluster(&snapshot, &proxyless, "outbound|7070||vms.mesh.internal");
+    let tls: UpstreamTlsContext = typed(&c.transport_socket.unwrap());
+    let Some(ValidationContextType::ValidationContext(v)) =
+        tls.common_tls_context.unwrap().validation_context_type
+    else {
+        panic!("validation context expected")
+    };
+    #[allow(deprecated)]
+    let sans: Vec<String> = v
+        .match_subject_alt_names
+        .iter()
+        .map(|m| format!("{:?}", m.match_pattern))
+        .collect();
+    assert_eq!(sans.len(), 2, "{sans:?}");
+    assert!(sans[0].contains("sa/vm\""), "{sans:?}");
+}
+
+#[test]
+fn endpoint_network_is_a_label_subsets_select() {
+    use envoy_types::pb::envoy::config::core::v3::address;
+    use envoy_types::pb::envoy::config::endpoint::v3::{
+        ClusterLoadAssignment, lb_endpoint::HostIdentifier,
+    };
+    let (snapshot, sidecar, _) = snapshot();
+    let all = snapshot.all(&sidecar, XdsType::Endpoint);
+    let addresses = |name: &str| -> Vec<String> {
+        let cla = ClusterLoadAssignment::decode(all[name].body.value.as_slice()).unwrap();
+        cla.endpoints
+            .iter()
+            .flat_map(|l| &l.lb_endpoints)
+            .filter_map(|e| {
+                let Some(HostIdentifier::Endpoint(ep)) = &e.host_identifier else {
+                    return None;
+                };
+                let Some(address::Address::SocketAddress(sa)) =
+                    ep.address.as_ref()?.address.as_ref()
+                else {
+                    return None;
+                };
+                Some(sa.address.clone())
+            })
+            .collect()
+    };
+    assert_eq!(
+        addresses("outbound|7070|vpc-1|vms.mesh.internal"),
+        ["10.3.0.1", "10.3.0.3"],
+        "network vpc-1, and the endpoint whose own label says vpc-1"
+    );
+    assert_eq!(addresses("outbound|7070||vms.mesh.internal").len(), 3);
+}
