@@ -25,6 +25,8 @@ ROOTS = [
     "envoy/extensions/filters/network/tcp_proxy/v3/tcp_proxy.proto",
     "envoy/extensions/retry/host/previous_hosts/v3/previous_hosts.proto",
     "envoy/extensions/retry/priority/previous_priorities/v3/previous_priorities_config.proto",
+    "envoy/extensions/transport_sockets/proxy_protocol/v3/upstream_proxy_protocol.proto",
+    "envoy/extensions/transport_sockets/raw_buffer/v3/raw_buffer.proto",
     "envoy/extensions/transport_sockets/tls/v3/tls.proto",
     "envoy/extensions/upstreams/http/v3/http_protocol_options.proto",
     "envoy/service/discovery/v3/discovery.proto",

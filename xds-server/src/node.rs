@@ -5,7 +5,8 @@
 //! `user_agent_name` (`gRPC …`) or its `xds.config.resource-in-sotw` client feature.
 //! Where metadata and id both say something, metadata wins. A node id that does not
 //! follow the conventions is accepted with defaults (namespace `default`, no labels);
-//! only a missing node or an empty id is an error.
+//! only a missing node or an empty id is an error. A gateway (`router~…`) is logged and
+//! counted here, once per stream: it gets an empty configuration.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -13,6 +14,8 @@ use std::net::IpAddr;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use pilotfish_mesh::model::{Locality, Proxy, ProxyGenerator, ProxyType};
+
+use crate::generate::snapshot::note_unsupported_proxy;
 
 /// Why a node cannot identify a proxy.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -66,6 +69,7 @@ pub fn parse_node(node: Option<&Node>) -> Result<ParsedNode, NodeError> {
             subzone: l.sub_zone.clone(),
         });
     }
+    note_unsupported_proxy(&proxy);
     Ok(ParsedNode {
         proxy,
         unconventional_id,

@@ -114,6 +114,7 @@ pub fn service_to_pb(s: &Service) -> pb::Service {
         mesh_external: s.mesh_external,
         external_name: s.external_name.clone().unwrap_or_default(),
         creation_ms: s.creation_ms,
+        subject_alt_names: s.subject_alt_names.clone(),
     }
 }
 
@@ -155,6 +156,7 @@ pub fn service_from_pb(s: pb::Service) -> Service {
         mesh_external: s.mesh_external,
         external_name: Some(s.external_name).filter(|n| !n.is_empty()),
         creation_ms: s.creation_ms,
+        subject_alt_names: s.subject_alt_names,
     }
 }
 

@@ -108,6 +108,9 @@ fn encode_service(s: &Service, out: &mut Vec<u8>, scratch: &mut Vec<u8>) {
     put_str(out, 12, s.external_name.as_deref().unwrap_or(""));
     // int64 varints carry negative values as their two's complement.
     put_varint(out, 13, s.creation_ms as u64);
+    for san in &s.subject_alt_names {
+        put_bytes(out, 14, san.as_bytes());
+    }
 }
 
 fn encode_endpoint(e: &Endpoint, out: &mut Vec<u8>) {

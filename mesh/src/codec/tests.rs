@@ -253,9 +253,10 @@ fn service_strategy() -> impl Strategy<Value = Service> {
         any::<bool>(),
         prop::option::of("[a-z]{1,8}"),
         any::<i64>(),
+        prop::collection::vec("[a-z:/]{0,12}", 0..3),
     )
         .prop_map(
-            |(name, ns, ports, labels, res, external, entry, created)| Service {
+            |(name, ns, ports, labels, res, external, entry, created, sans)| Service {
                 hostname: format!("{name}.{ns}.svc.cluster.local"),
                 name: name.clone(),
                 namespace: ns,
@@ -285,6 +286,7 @@ fn service_strategy() -> impl Strategy<Value = Service> {
                 mesh_external: external,
                 external_name: None,
                 creation_ms: created,
+                subject_alt_names: sans,
             },
         )
 }

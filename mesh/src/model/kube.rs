@@ -198,6 +198,7 @@ pub fn service_from_k8s(svc: &KubeService, domain: &str) -> Result<Service, Vec<
             None
         },
         creation_ms: creation_ms(&svc.metadata),
+        subject_alt_names: Vec::new(),
     })
 }
 

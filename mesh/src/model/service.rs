@@ -225,6 +225,9 @@ pub struct Service {
     pub external_name: Option<String>,
     /// Creation time (ms since epoch) for Istio's "oldest wins" tie-breaks.
     pub creation_ms: i64,
+    /// ServiceEntry `subjectAltNames`: identities the host's servers may present, verified
+    /// (with its endpoints' service accounts) where Istio verifies them.
+    pub subject_alt_names: Vec<String>,
 }
 
 impl Service {

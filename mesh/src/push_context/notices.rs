@@ -1,98 +1,14 @@
-//! What Pilotfish accepts but does not do: Istio fields the generators do not translate
-//! yet, and Istio behaviour Pilotfish approximates. Each such field that an accepted object
-//! sets is reported as a warning naming the field, so `validate`, the object's status
-//! condition (`AcceptedWithWarnings`) and the log all say it is ignored.
-//!
-//! [`Untranslated`] is the one list of untranslated fields (the README's "not supported"
-//! list follows it): translating a field means deleting its variant here, and the compiler
-//! then points at the walker line that reported it.
+//! What Pilotfish accepts but does differently from Istio 1.30 (or, like Istio, ignores):
+//! each such field that an accepted object sets is reported as a warning naming the field,
+//! so `validate`, the object's status condition (`AcceptedWithWarnings`) and the log all
+//! say so. Every field of the networking v1 API that Istio translates is translated by
+//! the generators; a field added here says why it is not (the README's "not supported"
+//! list follows this file).
 
 use crate::api::{
-    DestinationRuleSpec, LoadBalancerSettings, Resolution, ServiceEntrySpec, TlsMode,
-    TrafficPolicy, VirtualServiceSpec,
+    DestinationRuleSpec, Resolution, ServiceEntrySpec, TlsMode, TrafficPolicy, VirtualServiceSpec,
 };
 use crate::config::{ConfigError, ConfigKey};
-
-/// Fields of Istio's networking v1 API that Pilotfish parses and validates but does not
-/// translate into xDS yet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Untranslated {
-    /// VirtualService `tcp[].match[].destinationSubnets`.
-    TcpDestinationSubnets,
-    /// VirtualService `tcp[].match[].sourceSubnet`.
-    TcpSourceSubnet,
-    /// VirtualService `tls[]` (SNI routes).
-    TlsRoutes,
-    /// DestinationRule `trafficPolicy.proxyProtocol`.
-    ProxyProtocol,
-    /// DestinationRule `trafficPolicy.retryBudget`.
-    RetryBudget,
-    /// DestinationRule `trafficPolicy.tunnel`.
-    Tunnel,
-    /// DestinationRule `loadBalancer.warmup`.
-    Warmup,
-    /// DestinationRule `loadBalancer.warmupDurationSecs`.
-    WarmupDurationSecs,
-    /// DestinationRule `loadBalancer.consistentHash.httpCookie.attributes`.
-    CookieAttributes,
-    /// DestinationRule `tls.caCrl`.
-    CaCrl,
-    /// DestinationRule `connectionPool.tcp.idleTimeout`.
-    TcpIdleTimeout,
-    /// ServiceEntry `subjectAltNames`.
-    ServiceEntrySubjectAltNames,
-    /// ServiceEntry `endpoints[].network`.
-    EndpointNetwork,
-    /// ServiceEntry `endpoints[].serviceAccount`.
-    EndpointServiceAccount,
-}
-
-impl Untranslated {
-    /// Every untranslated field, for documentation and tests.
-    pub const ALL: [Untranslated; 14] = [
-        Untranslated::TcpDestinationSubnets,
-        Untranslated::TcpSourceSubnet,
-        Untranslated::TlsRoutes,
-        Untranslated::ProxyProtocol,
-        Untranslated::RetryBudget,
-        Untranslated::Tunnel,
-        Untranslated::Warmup,
-        Untranslated::WarmupDurationSecs,
-        Untranslated::CookieAttributes,
-        Untranslated::CaCrl,
-        Untranslated::TcpIdleTimeout,
-        Untranslated::ServiceEntrySubjectAltNames,
-        Untranslated::EndpointNetwork,
-        Untranslated::EndpointServiceAccount,
-    ];
-
-    /// What ignoring the field means for traffic.
-    pub fn consequence(self) -> &'static str {
-        match self {
-            Untranslated::TcpDestinationSubnets => {
-                "the match does not test the destination address"
-            }
-            Untranslated::TcpSourceSubnet => "the match does not test the source address",
-            Untranslated::TlsRoutes => {
-                "TLS traffic to these hosts is not routed by SNI (it goes to the host's own service)"
-            }
-            Untranslated::ProxyProtocol => "no PROXY protocol header is sent upstream",
-            Untranslated::RetryBudget => "retries are limited by maxRetries only",
-            Untranslated::Tunnel => "connections are not tunneled",
-            Untranslated::Warmup | Untranslated::WarmupDurationSecs => {
-                "new endpoints get their full share of traffic at once"
-            }
-            Untranslated::CookieAttributes => "the generated cookie carries no extra attributes",
-            Untranslated::CaCrl => "server certificates are not checked against the CRL",
-            Untranslated::TcpIdleTimeout => "Envoy's default TCP idle timeout applies",
-            Untranslated::ServiceEntrySubjectAltNames => {
-                "server certificates are not checked against these names"
-            }
-            Untranslated::EndpointNetwork => "all endpoints are treated as one network",
-            Untranslated::EndpointServiceAccount => "the endpoint's identity is not verified",
-        }
-    }
-}
 
 /// Collects the notices about one object.
 struct Notices<'k> {
@@ -101,17 +17,6 @@ struct Notices<'k> {
 }
 
 impl Notices<'_> {
-    fn untranslated(&mut self, path: String, field: Untranslated) {
-        self.list.push(ConfigError::warning(
-            self.key,
-            path,
-            format!(
-                "not translated by Pilotfish yet, so it is ignored: {}",
-                field.consequence()
-            ),
-        ));
-    }
-
     fn behaviour(&mut self, path: &str, message: &str) {
         self.list
             .push(ConfigError::warning(self.key, path, message));
@@ -126,23 +31,13 @@ pub fn virtual_service_notices(key: &ConfigKey, spec: &VirtualServiceSpec) -> Ve
     };
     for (i, route) in spec.tcp.iter().enumerate() {
         for (j, m) in route.r#match.iter().enumerate() {
-            let path = format!("spec.tcp[{i}].match[{j}]");
-            if !m.destination_subnets.is_empty() {
-                n.untranslated(
-                    format!("{path}.destinationSubnets"),
-                    Untranslated::TcpDestinationSubnets,
-                );
-            }
             if m.source_subnet.as_deref().is_some_and(|s| !s.is_empty()) {
-                n.untranslated(
-                    format!("{path}.sourceSubnet"),
-                    Untranslated::TcpSourceSubnet,
+                n.behaviour(
+                    &format!("spec.tcp[{i}].match[{j}].sourceSubnet"),
+                    "ignored: Istio 1.30 does not translate sourceSubnet either, so the match does not test the source address",
                 );
             }
         }
-    }
-    if !spec.tls.is_empty() {
-        n.untranslated("spec.tls".to_string(), Untranslated::TlsRoutes);
     }
     n.list
 }
@@ -165,79 +60,17 @@ pub fn destination_rule_notices(key: &ConfigKey, spec: &DestinationRuleSpec) -> 
 }
 
 fn traffic_policy(n: &mut Notices, path: &str, tp: &TrafficPolicy) {
-    if tp.proxy_protocol.is_some() {
-        n.untranslated(format!("{path}.proxyProtocol"), Untranslated::ProxyProtocol);
-    }
-    if tp.retry_budget.is_some() {
-        n.untranslated(format!("{path}.retryBudget"), Untranslated::RetryBudget);
-    }
-    if tp.tunnel.is_some() {
-        n.untranslated(format!("{path}.tunnel"), Untranslated::Tunnel);
-    }
-    let mut port_level = |lb: Option<&LoadBalancerSettings>,
-                          tls: Option<&crate::api::ClientTlsSettings>,
-                          pool: Option<&crate::api::ConnectionPoolSettings>,
-                          at: &str| {
-        if let Some(lb) = lb {
-            load_balancer(n, &format!("{at}.loadBalancer"), lb);
-        }
-        if let Some(tls) = tls {
-            if tls.ca_crl.as_deref().is_some_and(|c| !c.is_empty()) {
-                n.untranslated(format!("{at}.tls.caCrl"), Untranslated::CaCrl);
-            }
-            if tls.mode == Some(TlsMode::IstioMutual) {
-                n.behaviour(
-                    &format!("{at}.tls.mode"),
-                    "Pilotfish does not issue certificates yet: ISTIO_MUTUAL relies on the sidecar's own SDS provider (secrets `default` and `ROOTCA`)",
-                );
-            }
-        }
-        if pool
-            .and_then(|p| p.tcp.as_ref())
-            .is_some_and(|t| t.idle_timeout.is_some())
-        {
-            n.untranslated(
-                format!("{at}.connectionPool.tcp.idleTimeout"),
-                Untranslated::TcpIdleTimeout,
+    let mut tls_notice = |tls: Option<&crate::api::ClientTlsSettings>, at: &str| {
+        if tls.is_some_and(|t| t.mode == Some(TlsMode::IstioMutual)) {
+            n.behaviour(
+                &format!("{at}.tls.mode"),
+                "Pilotfish does not issue certificates yet: ISTIO_MUTUAL relies on the sidecar's own SDS provider (secrets `default` and `ROOTCA`)",
             );
         }
     };
-    port_level(
-        tp.load_balancer.as_ref(),
-        tp.tls.as_ref(),
-        tp.connection_pool.as_ref(),
-        path,
-    );
+    tls_notice(tp.tls.as_ref(), path);
     for (i, pl) in tp.port_level_settings.iter().enumerate() {
-        port_level(
-            pl.load_balancer.as_ref(),
-            pl.tls.as_ref(),
-            pl.connection_pool.as_ref(),
-            &format!("{path}.portLevelSettings[{i}]"),
-        );
-    }
-}
-
-fn load_balancer(n: &mut Notices, path: &str, lb: &LoadBalancerSettings) {
-    if lb.warmup.is_some() {
-        n.untranslated(format!("{path}.warmup"), Untranslated::Warmup);
-    }
-    if lb.warmup_duration_secs.is_some() {
-        n.untranslated(
-            format!("{path}.warmupDurationSecs"),
-            Untranslated::WarmupDurationSecs,
-        );
-    }
-    if lb
-        .consistent_hash
-        .as_ref()
-        .and_then(|c| c.http_cookie.as_ref())
-        .is_some_and(|c| !c.attributes.is_empty())
-    {
-        n.untranslated(
-            format!("{path}.consistentHash.httpCookie.attributes"),
-            Untranslated::CookieAttributes,
-        );
+        tls_notice(pl.tls.as_ref(), &format!("{path}.portLevelSettings[{i}]"));
     }
 }
 
@@ -247,26 +80,6 @@ pub fn service_entry_notices(key: &ConfigKey, spec: &ServiceEntrySpec) -> Vec<Co
         key,
         list: Vec::new(),
     };
-    if !spec.subject_alt_names.is_empty() {
-        n.untranslated(
-            "spec.subjectAltNames".to_string(),
-            Untranslated::ServiceEntrySubjectAltNames,
-        );
-    }
-    for (i, ep) in spec.endpoints.iter().enumerate() {
-        if ep.network.as_deref().is_some_and(|s| !s.is_empty()) {
-            n.untranslated(
-                format!("spec.endpoints[{i}].network"),
-                Untranslated::EndpointNetwork,
-            );
-        }
-        if ep.service_account.as_deref().is_some_and(|s| !s.is_empty()) {
-            n.untranslated(
-                format!("spec.endpoints[{i}].serviceAccount"),
-                Untranslated::EndpointServiceAccount,
-            );
-        }
-    }
     if spec.resolution == Some(Resolution::DynamicDns) {
         n.behaviour(
             "spec.resolution",
@@ -287,7 +100,7 @@ mod tests {
     }
 
     #[test]
-    fn every_untranslated_field_is_named_where_it_is_set() {
+    fn translated_fields_get_no_notice_and_behaviours_are_named() {
         let vs: VirtualServiceSpec = serde_json::from_value(json!({
             "hosts": ["a"],
             "tcp": [{"match": [{"destinationSubnets": ["10.0.0.0/8"], "sourceSubnet": "10.1.0.0/16"}], "route": [{"destination": {"host": "a"}}]}],
@@ -298,14 +111,11 @@ mod tests {
         let found = virtual_service_notices(&key, &vs);
         assert_eq!(
             paths(&found),
-            [
-                "spec.tcp[0].match[0].destinationSubnets",
-                "spec.tcp[0].match[0].sourceSubnet",
-                "spec.tls"
-            ]
+            ["spec.tcp[0].match[0].sourceSubnet"],
+            "destinationSubnets and tls routes are translated; sourceSubnet is ignored as Istio ignores it"
         );
         assert!(found.iter().all(|f| !f.is_error()));
-        assert!(found[0].message.contains("not translated by Pilotfish yet"));
+        assert!(found[0].message.contains("Istio 1.30 does not translate"));
 
         let dr: DestinationRuleSpec = serde_json::from_value(json!({
             "host": "a",
@@ -321,35 +131,23 @@ mod tests {
         }))
         .unwrap();
         let key = ConfigKey::new(ConfigKind::DestinationRule, "ns", "n");
-        assert_eq!(
-            paths(&destination_rule_notices(&key, &dr)),
-            [
-                "spec.trafficPolicy.proxyProtocol",
-                "spec.trafficPolicy.retryBudget",
-                "spec.trafficPolicy.loadBalancer.warmup",
-                "spec.trafficPolicy.loadBalancer.warmupDurationSecs",
-                "spec.trafficPolicy.loadBalancer.consistentHash.httpCookie.attributes",
-                "spec.trafficPolicy.connectionPool.tcp.idleTimeout",
-                "spec.trafficPolicy.portLevelSettings[0].tls.caCrl",
-                "spec.subsets[0].trafficPolicy.tunnel",
-            ]
+        assert!(
+            paths(&destination_rule_notices(&key, &dr)).is_empty(),
+            "every DestinationRule field is translated now"
         );
 
         let se: ServiceEntrySpec = serde_json::from_value(json!({
             "hosts": ["a.example"],
             "subjectAltNames": ["spiffe://x"],
-            "resolution": "STATIC",
+            "resolution": "DYNAMIC_DNS",
             "endpoints": [{"address": "10.0.0.1", "network": "n1", "serviceAccount": "sa"}]
         }))
         .unwrap();
         let key = ConfigKey::new(ConfigKind::ServiceEntry, "ns", "n");
         assert_eq!(
             paths(&service_entry_notices(&key, &se)),
-            [
-                "spec.subjectAltNames",
-                "spec.endpoints[0].network",
-                "spec.endpoints[0].serviceAccount"
-            ]
+            ["spec.resolution"],
+            "subjectAltNames and the endpoints' network and serviceAccount are translated"
         );
     }
 }

@@ -75,6 +75,7 @@ pub fn services_from_entry<'p>(
                 == Location::MeshExternal,
             external_name: None,
             creation_ms,
+            subject_alt_names: spec.subject_alt_names.clone(),
         });
         let mut per_port = Vec::new();
         for port in &ports {
@@ -90,7 +91,7 @@ pub fn services_from_entry<'p>(
                 list.push(Endpoint {
                     address,
                     port: we.ports.get(&port.name).copied().unwrap_or(target),
-                    labels: we.labels.clone(),
+                    labels: endpoint_labels(we),
                     locality: we
                         .locality
                         .as_deref()
@@ -153,6 +154,23 @@ pub fn services_from_entry<'p>(
         });
     }
     (services, endpoints)
+}
+
+/// Istio's label for the network an endpoint is on.
+pub const NETWORK_LABEL: &str = "topology.istio.io/network";
+
+/// An inline endpoint's labels, with its `network` as `topology.istio.io/network` unless
+/// the labels set it (Istio's `AugmentLabels`): subsets and `failoverPriority` can select
+/// by network. Pilotfish serves one network: endpoints of every network are reached
+/// directly, as Istio does without `meshNetworks` gateways.
+fn endpoint_labels(we: &crate::api::WorkloadEntry) -> BTreeMap<String, String> {
+    let mut labels = we.labels.clone();
+    if let Some(network) = we.network.as_deref().filter(|n| !n.is_empty()) {
+        labels
+            .entry(NETWORK_LABEL.to_string())
+            .or_insert_with(|| network.to_string());
+    }
+    labels
 }
 
 #[cfg(test)]

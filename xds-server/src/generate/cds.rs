@@ -38,10 +38,12 @@ use pilotfish_mesh::push_context::PushContext;
 
 use super::eds::{cluster_endpoints, dns_load_assignment};
 use super::findings::{Downgrade, Finding};
+use super::identities::with_default_sans;
 use super::names;
 use super::plan::{ClusterPlan, Discovery, OutboundPlan};
 use super::scope::{Flavor, InboundPort};
 use super::tls::transport_socket;
+use super::upstream::{apply_connection_options, slow_start_lb_config};
 use super::util::{ads_config_source, any, api_duration, duration, u32_value};
 
 /// The key Envoy reads upstream HTTP options under.
@@ -227,14 +229,16 @@ fn outbound_cluster(
 
     let default_sni = (plan.service.mesh_external && !plan.service.is_wildcard())
         .then_some(plan.service.hostname.as_str());
+    let tls = with_default_sans(policy.tls.as_ref(), push, &plan.service);
     cluster.transport_socket = transport_socket(
-        policy.tls.as_ref(),
+        tls.as_deref(),
         flavor,
         &plan.name,
         (plan.port.port, &plan.subset, &plan.service.hostname),
         default_sni,
         findings,
     );
+    apply_connection_options(&mut cluster, policy, flavor, findings);
     cluster
 }
 
@@ -290,8 +294,8 @@ pub fn lb_setup(
     }
     let simple = lb.and_then(|l| l.simple);
     match flavor {
-        Flavor::Sidecar => LbSetup {
-            policy: match simple {
+        Flavor::Sidecar => {
+            let policy = match simple {
                 Some(SimpleLb::RoundRobin) => LbPolicy::RoundRobin,
                 Some(SimpleLb::Random) => LbPolicy::Random,
                 // PASSTHROUGH turns the cluster into ORIGINAL_DST (see the plan).
@@ -300,10 +304,20 @@ pub fn lb_setup(
                 | Some(SimpleLb::Unspecified | SimpleLb::LeastConn | SimpleLb::LeastRequest) => {
                     LbPolicy::LeastRequest
                 }
-            },
-            config: None,
-        },
+            };
+            LbSetup {
+                policy,
+                config: lb.and_then(|l| slow_start_lb_config(policy, l)),
+            }
+        }
         Flavor::Proxyless => {
+            if lb.is_some_and(|l| l.warmup.is_some() || l.warmup_duration_secs.is_some()) {
+                findings.push(Finding::Downgrade(Downgrade::new(
+                    "slow_start",
+                    cluster,
+                    "slow start (warmup)",
+                )));
+            }
             if let Some(
                 s @ (SimpleLb::Random
                 | SimpleLb::LeastConn
@@ -396,19 +410,19 @@ pub fn outlier_detection(od: &OutlierDetection) -> EnvoyOutlier {
 
 /// Upstream HTTP options of a sidecar cluster: HTTP/2 for h2 and gRPC ports (or when
 /// `h2UpgradePolicy: UPGRADE`), the client's protocol with `useClientProtocol`, and the
-/// pool's idle timeout, request cap per connection and connection lifetime.
+/// pool's idle timeout (`http.idleTimeout`, else `tcp.idleTimeout`, as Istio), request cap
+/// per connection and connection lifetime. Non-HTTP clusters carry only the common
+/// options, as Istio attaches them to every cluster (they shape CONNECT tunnels).
 pub fn http_protocol_options(
     protocol: Protocol,
     pool: Option<&ConnectionPoolSettings>,
 ) -> Option<HttpProtocolOptions> {
     let http = pool.and_then(|p| p.http.as_ref());
     let tcp = pool.and_then(|p| p.tcp.as_ref());
-    if !protocol.is_http() {
-        return None;
-    }
     let common = CoreHttpOptions {
         idle_timeout: http
             .and_then(|h| h.idle_timeout.as_ref())
+            .or_else(|| tcp.and_then(|t| t.idle_timeout.as_ref()))
             .and_then(api_duration),
         max_requests_per_connection: http
             .and_then(|h| h.max_requests_per_connection)
@@ -420,6 +434,19 @@ pub fn http_protocol_options(
         ..Default::default()
     };
     let has_common = common != CoreHttpOptions::default();
+    if !protocol.is_http() {
+        return has_common.then(|| HttpProtocolOptions {
+            common_http_protocol_options: Some(common),
+            upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(
+                ExplicitHttpConfig {
+                    protocol_config: Some(ProtocolConfig::HttpProtocolOptions(
+                        Http1ProtocolOptions::default(),
+                    )),
+                },
+            )),
+            ..Default::default()
+        });
+    }
     let h2_options = || Http2ProtocolOptions {
         max_concurrent_streams: http
             .and_then(|h| h.max_concurrent_streams)
@@ -663,6 +690,27 @@ mod tests {
     fn http_options_follow_port_protocol_and_pool() {
         assert!(http_protocol_options(Protocol::Http, None).is_none());
         assert!(http_protocol_options(Protocol::Tcp, None).is_none());
+        let tcp_pool: ConnectionPoolSettings =
+            serde_json::from_value(json!({"tcp": {"idleTimeout": "30s"}})).unwrap();
+        let tcp = http_protocol_options(Protocol::Tcp, Some(&tcp_pool)).unwrap();
+        assert_eq!(
+            tcp.common_http_protocol_options
+                .unwrap()
+                .idle_timeout
+                .unwrap()
+                .seconds,
+            30,
+            "tcp.idleTimeout is the cluster's idle timeout, on TCP clusters too (Istio)"
+        );
+        let h1 = http_protocol_options(Protocol::Http, Some(&tcp_pool)).unwrap();
+        assert_eq!(
+            h1.common_http_protocol_options
+                .unwrap()
+                .idle_timeout
+                .unwrap()
+                .seconds,
+            30
+        );
         let grpc = http_protocol_options(Protocol::Grpc, None).unwrap();
         assert!(matches!(
             grpc.upstream_protocol_options,

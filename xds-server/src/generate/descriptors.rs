@@ -37,6 +37,8 @@ mod tests {
             "envoy.extensions.filters.listener.original_dst.v3.OriginalDst",
             "envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector",
             "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+            "envoy.extensions.transport_sockets.proxy_protocol.v3.ProxyProtocolUpstreamTransport",
+            "envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer",
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
             "envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate",
             "envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig",

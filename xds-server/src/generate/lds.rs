@@ -41,29 +41,22 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
         CodecType, PathWithEscapedSlashesAction, RouteSpecifier, UpgradeConfig,
     },
 };
-use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
-    TcpProxy,
-    tcp_proxy::{self, WeightedCluster},
-};
-use envoy_types::pb::envoy::r#type::v3::{HashPolicy as TypeHashPolicy, hash_policy};
-use pilotfish_mesh::api::TcpRoute;
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::tcp_proxy;
 use pilotfish_mesh::mesh_config::OutboundTrafficPolicy;
-use pilotfish_mesh::model::{Protocol, Proxy, labels_match};
+use pilotfish_mesh::model::{Protocol, Proxy};
 use pilotfish_mesh::push_context::PushContext;
 
 use super::eds::socket_address;
-use super::findings::{Finding, RouteKind};
+use super::findings::Finding;
+use super::l4::{cidr, cidr_key, l4_chains, tcp_proxy_filter};
 use super::names;
 use super::plan::{ClusterPlan, OutboundPlan, OutboundPort, outbound_ports};
-use super::route::{
-    CORS_FILTER, FAULT_FILTER, ROUTER_FILTER, RouteEnv, destination_cluster, http_filter,
-    normalized_weights,
-};
+use super::route::{CORS_FILTER, FAULT_FILTER, ROUTER_FILTER, http_filter};
 use super::scope::InboundPort;
 use super::util::{ads_config_source, any, bool_value, u32_value, zero_duration};
 
 pub const HCM_FILTER: &str = "envoy.filters.network.http_connection_manager";
-pub const TCP_PROXY_FILTER: &str = "envoy.filters.network.tcp_proxy";
+pub use super::l4::TCP_PROXY_FILTER;
 
 /// The cluster unknown outbound traffic goes to.
 pub fn unknown_destination_cluster(push: &PushContext) -> &'static str {
@@ -125,32 +118,107 @@ fn own_listener(
     findings: &mut Vec<Finding>,
 ) -> Listener {
     let name = names::vip_listener(ip, port);
-    let filter = if c.port.protocol.is_http() {
-        hcm_filter(
+    let mut filter_chains = Vec::new();
+    let default = if c.port.protocol.is_http() {
+        Some(hcm_filter(
             format!("outbound_{name}"),
             RouteSpecifier::Rds(Rds {
                 config_source: Some(ads_config_source(true)),
                 route_config_name: names::host_port(&c.service.hostname, port),
             }),
             sidecar_http_filters(),
-        )
+        ))
     } else {
-        tcp_destination(push, proxy, plan, c, port, findings)
+        let chains = l4_chains(push, proxy, plan, c, port, &[], findings);
+        let mut claimed = HashSet::new();
+        for m in chains.matched {
+            if let Some(chain_match) = claim(&mut claimed, m.destination_cidrs, m.server_names) {
+                filter_chains.push(FilterChain {
+                    filter_chain_match: Some(chain_match),
+                    filters: vec![m.filter],
+                    ..Default::default()
+                });
+            }
+        }
+        chains.default
     };
+    // The default chain is unnamed, as the listener's name says what it is (1,000
+    // services make 1,000 of these, so every byte counts in a SotW listener response).
+    filter_chains.extend(default.map(|filter| FilterChain {
+        filters: vec![filter],
+        ..Default::default()
+    }));
     Listener {
         name: name.clone(),
         address: Some(socket_address(ip, port)),
         // Traffic reaches it through virtualOutbound's original-destination hand-off.
         bind_to_port: bool_value(false),
         traffic_direction: TrafficDirection::Outbound as i32,
-        // One chain; unnamed, as the listener's name says what it is (1,000 services make
-        // 1,000 of these, so every byte counts in a SotW listener response).
-        filter_chains: vec![FilterChain {
-            filters: vec![filter],
-            ..Default::default()
-        }],
+        listener_filters: tls_inspector_for(&filter_chains),
+        filter_chains,
         ..Default::default()
     }
+}
+
+/// Claims a chain's run-time match on a listener: each (range, SNI) pair once, as Envoy
+/// refuses two chains with the same match. Ranges (or, with SNI names, names) already
+/// claimed are dropped; `None` when nothing is left.
+fn claim(
+    claimed: &mut HashSet<(String, String)>,
+    ranges: Vec<CidrRange>,
+    server_names: Vec<String>,
+) -> Option<FilterChainMatch> {
+    if server_names.is_empty() {
+        let ranges: Vec<CidrRange> = ranges
+            .into_iter()
+            .filter(|r| claimed.insert((cidr_key(r), String::new())))
+            .collect();
+        return (!ranges.is_empty()).then(|| FilterChainMatch {
+            prefix_ranges: ranges,
+            ..Default::default()
+        });
+    }
+    let keys: Vec<String> = if ranges.is_empty() {
+        vec![String::new()]
+    } else {
+        ranges.iter().map(cidr_key).collect()
+    };
+    let server_names: Vec<String> = server_names
+        .into_iter()
+        .filter(|sni| {
+            keys.iter()
+                .all(|k| !claimed.contains(&(k.clone(), sni.clone())))
+        })
+        .collect();
+    for sni in &server_names {
+        for k in &keys {
+            claimed.insert((k.clone(), sni.clone()));
+        }
+    }
+    (!server_names.is_empty()).then(|| FilterChainMatch {
+        prefix_ranges: ranges,
+        server_names,
+        transport_protocol: "tls".to_string(),
+        ..Default::default()
+    })
+}
+
+/// The TLS inspector, when some chain matches by SNI.
+fn tls_inspector_for(chains: &[FilterChain]) -> Vec<ListenerFilter> {
+    if !chains.iter().any(|c| {
+        c.filter_chain_match
+            .as_ref()
+            .is_some_and(|m| !m.server_names.is_empty())
+    }) {
+        return Vec::new();
+    }
+    vec![ListenerFilter {
+        name: "envoy.filters.listener.tls_inspector".to_string(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(any(
+            &TlsInspector::default(),
+        ))),
+        ..Default::default()
+    }]
 }
 
 /// `0.0.0.0_<port>`: every service of the port without a listener of its own, and the
@@ -165,50 +233,54 @@ fn shared_port_listener(
     findings: &mut Vec<Finding>,
 ) -> Listener {
     let mut chains = Vec::new();
-    let mut claimed_ips: HashSet<String> = HashSet::new();
-    let mut claimed_snis: HashSet<String> = HashSet::new();
-    let mut default_tcp: Vec<&ClusterPlan> = Vec::new();
+    let mut claimed: HashSet<(String, String)> = HashSet::new();
+    let mut default_tcp: Vec<Filter> = Vec::new();
     for c in services
         .shared
         .iter()
         .copied()
         .filter(|c| !c.port.protocol.is_http())
     {
-        let tcp = tcp_destination(push, proxy, plan, c, port, findings);
-        let ranges: Vec<CidrRange> = c
-            .service
-            .addresses
-            .iter()
-            .filter(|a| claimed_ips.insert((*a).clone()))
-            .filter_map(|a| cidr(a))
-            .collect();
-        if !ranges.is_empty() {
-            chains.push(FilterChain {
-                name: c.name.clone(),
-                filter_chain_match: Some(FilterChainMatch {
-                    prefix_ranges: ranges,
+        let service_cidrs: Vec<CidrRange> =
+            c.service.addresses.iter().filter_map(|a| cidr(a)).collect();
+        let l4 = l4_chains(push, proxy, plan, c, port, &service_cidrs, findings);
+        for m in l4.matched {
+            if let Some(chain_match) = claim(&mut claimed, m.destination_cidrs, m.server_names) {
+                // Unnamed: chains from one VirtualService can come with several services.
+                chains.push(FilterChain {
+                    filter_chain_match: Some(chain_match),
+                    filters: vec![m.filter],
                     ..Default::default()
-                }),
-                filters: vec![tcp],
-                ..Default::default()
-            });
+                });
+            }
+        }
+        let Some(tcp) = l4.default else {
+            continue;
+        };
+        if !service_cidrs.is_empty() {
+            if let Some(chain_match) = claim(&mut claimed, service_cidrs, Vec::new()) {
+                chains.push(FilterChain {
+                    name: c.name.clone(),
+                    filter_chain_match: Some(chain_match),
+                    filters: vec![tcp],
+                    ..Default::default()
+                });
+            }
         } else if c.service.addresses.is_empty()
             && matches!(c.port.protocol, Protocol::Tls | Protocol::Https)
         {
-            if claimed_snis.insert(c.service.hostname.clone()) {
+            if let Some(chain_match) =
+                claim(&mut claimed, Vec::new(), vec![c.service.hostname.clone()])
+            {
                 chains.push(FilterChain {
                     name: c.name.clone(),
-                    filter_chain_match: Some(FilterChainMatch {
-                        server_names: vec![c.service.hostname.clone()],
-                        transport_protocol: "tls".to_string(),
-                        ..Default::default()
-                    }),
+                    filter_chain_match: Some(chain_match),
                     filters: vec![tcp],
                     ..Default::default()
                 });
             }
         } else if c.service.addresses.is_empty() {
-            default_tcp.push(c);
+            default_tcp.push(tcp);
         }
     }
     let default_filter = if services.has_http() {
@@ -220,8 +292,8 @@ fn shared_port_listener(
             }),
             sidecar_http_filters(),
         )
-    } else if let [only] = default_tcp.as_slice() {
-        tcp_destination(push, proxy, plan, only, port, findings)
+    } else if default_tcp.len() == 1 {
+        default_tcp.remove(0)
     } else {
         tcp_proxy_filter(
             unknown,
@@ -229,17 +301,7 @@ fn shared_port_listener(
             Vec::new(),
         )
     };
-    let listener_filters = if claimed_snis.is_empty() {
-        Vec::new()
-    } else {
-        vec![ListenerFilter {
-            name: "envoy.filters.listener.tls_inspector".to_string(),
-            config_type: Some(listener_filter::ConfigType::TypedConfig(any(
-                &TlsInspector::default(),
-            ))),
-            ..Default::default()
-        }]
-    };
+    let listener_filters = tls_inspector_for(&chains);
     chains.push(FilterChain {
         name: format!("outbound_0.0.0.0_{port}"),
         filters: vec![default_filter],
@@ -254,136 +316,6 @@ fn shared_port_listener(
         listener_filters,
         filter_chains: chains,
         ..Default::default()
-    }
-}
-
-/// A CIDR range from an IP or `ip/len`; `None` for anything else.
-fn cidr(address: &str) -> Option<CidrRange> {
-    let (ip, len) = match address.split_once('/') {
-        Some((ip, len)) => (ip, len.parse::<u32>().ok()?),
-        None => (address, if address.contains(':') { 128 } else { 32 }),
-    };
-    ip.parse::<std::net::IpAddr>().ok()?;
-    Some(CidrRange {
-        address_prefix: ip.to_string(),
-        prefix_len: u32_value(len),
-    })
-}
-
-/// The tcp_proxy for a TCP service: its VirtualService's first applicable `tcp` route
-/// (weighted destinations), or the service's own cluster.
-fn tcp_destination(
-    push: &PushContext,
-    proxy: &Proxy,
-    plan: &OutboundPlan,
-    c: &ClusterPlan,
-    port: u32,
-    findings: &mut Vec<Finding>,
-) -> Filter {
-    let route = push
-        .virtual_service_for_host(&c.service.hostname, &proxy.namespace)
-        .and_then(|vs| {
-            vs.spec
-                .tcp
-                .iter()
-                .find(|r| tcp_route_applies(r, proxy, port))
-        });
-    let hash = c
-        .policy
-        .load_balancer
-        .as_ref()
-        .and_then(|l| l.consistent_hash.as_ref())
-        .filter(|h| h.use_source_ip == Some(true))
-        .map(|_| {
-            vec![TypeHashPolicy {
-                policy_specifier: Some(hash_policy::PolicySpecifier::SourceIp(
-                    hash_policy::SourceIp {},
-                )),
-            }]
-        })
-        .unwrap_or_default();
-    let Some(route) = route.filter(|r| !r.route.is_empty()) else {
-        return tcp_proxy_filter(
-            &c.name,
-            tcp_proxy::ClusterSpecifier::Cluster(c.name.clone()),
-            hash,
-        );
-    };
-    let env = RouteEnv {
-        push,
-        proxy,
-        plan,
-        port,
-    };
-    let weights = normalized_weights(&route.route.iter().map(|d| d.weight).collect::<Vec<_>>());
-    let mut clusters: Vec<(String, u32)> = route
-        .route
-        .iter()
-        .zip(weights)
-        .filter(|(_, w)| *w > 0)
-        .map(|(d, w)| (resolve_tcp(&env, &d.destination, findings), w))
-        .collect();
-    let specifier = if clusters.len() == 1 {
-        tcp_proxy::ClusterSpecifier::Cluster(clusters.remove(0).0)
-    } else {
-        tcp_proxy::ClusterSpecifier::WeightedClusters(WeightedCluster {
-            clusters: clusters
-                .into_iter()
-                .map(
-                    |(name, weight)| tcp_proxy::weighted_cluster::ClusterWeight {
-                        name,
-                        weight,
-                        ..Default::default()
-                    },
-                )
-                .collect(),
-        })
-    };
-    tcp_proxy_filter(&c.name, specifier, hash)
-}
-
-fn tcp_route_applies(r: &TcpRoute, proxy: &Proxy, port: u32) -> bool {
-    r.r#match.is_empty()
-        || r.r#match.iter().any(|m| {
-            m.port.is_none_or(|p| p == port)
-                && (m.gateways.is_empty() || m.gateways.iter().any(|g| g == "mesh"))
-                && (m.source_labels.is_empty() || labels_match(&m.source_labels, &proxy.labels))
-                && m.source_namespace
-                    .as_ref()
-                    .is_none_or(|ns| *ns == proxy.namespace)
-        })
-}
-
-/// A TCP destination's cluster; one the proxy does not have becomes `BlackHoleCluster`
-/// (and is noted in `findings`).
-fn resolve_tcp(
-    env: &RouteEnv<'_>,
-    dest: &pilotfish_mesh::api::Destination,
-    findings: &mut Vec<Finding>,
-) -> String {
-    destination_cluster(env, dest).unwrap_or_else(|cluster| {
-        findings.push(Finding::UnresolvedDestination {
-            kind: RouteKind::Tcp,
-            cluster,
-            namespace: env.proxy.namespace.clone(),
-        });
-        names::BLACKHOLE_CLUSTER.to_string()
-    })
-}
-
-fn tcp_proxy_filter(
-    stat_prefix: &str,
-    cluster: tcp_proxy::ClusterSpecifier,
-    hash_policy: Vec<TypeHashPolicy>,
-) -> Filter {
-    Filter {
-        name: TCP_PROXY_FILTER.to_string(),
-        config_type: Some(filter::ConfigType::TypedConfig(any(&TcpProxy {
-            stat_prefix: stat_prefix.to_string(),
-            cluster_specifier: Some(cluster),
-            hash_policy,
-            ..Default::default()
-        }))),
     }
 }
 

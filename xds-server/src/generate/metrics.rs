@@ -60,8 +60,22 @@ pub static GENERATIONS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("register pilotfish_xds_generations_total")
 });
 
+/// `pilotfish_xds_unsupported_proxies_total{type}`: ADS streams of proxies Pilotfish does
+/// not configure yet (`router`: gateways), which get an empty configuration.
+pub static UNSUPPORTED_PROXIES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        Opts::new(
+            "pilotfish_xds_unsupported_proxies_total",
+            "ADS streams of proxies Pilotfish does not configure yet (type=router: gateways); they get an empty configuration."
+        ),
+        &["type"]
+    )
+    .expect("register pilotfish_xds_unsupported_proxies_total")
+});
+
 /// Registers every generator metric now, so `/metrics` lists them before first use.
 pub fn register_all() {
+    LazyLock::force(&UNSUPPORTED_PROXIES);
     LazyLock::force(&INCONSISTENT_REFERENCES);
     LazyLock::force(&PROXYLESS_DOWNGRADES);
     LazyLock::force(&UNRESOLVED_DESTINATIONS);
@@ -83,6 +97,9 @@ mod tests {
             .with_label_values(&["http"])
             .inc();
         super::GENERATIONS.with_label_values(&["routes"]).inc();
+        super::UNSUPPORTED_PROXIES
+            .with_label_values(&["router"])
+            .inc();
         let names: Vec<String> = prometheus::gather()
             .iter()
             .map(|f| f.name().to_string())
@@ -92,6 +109,7 @@ mod tests {
             "pilotfish_xds_proxyless_downgrades_total",
             "pilotfish_xds_unresolved_destinations_total",
             "pilotfish_xds_generations_total",
+            "pilotfish_xds_unsupported_proxies_total",
         ] {
             assert!(names.iter().any(|n| n == expected), "{expected} missing");
         }

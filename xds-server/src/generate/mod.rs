@@ -24,7 +24,9 @@ pub mod cds;
 pub mod descriptors;
 pub mod eds;
 pub mod findings;
+pub mod identities;
 pub mod json;
+pub mod l4;
 pub mod lds;
 pub mod metrics;
 pub mod names;
@@ -36,6 +38,7 @@ pub mod sanitize;
 pub mod scope;
 pub mod snapshot;
 pub mod tls;
+pub mod upstream;
 pub mod util;
 
 pub use audit::{BrokenReference, View, check_snapshot, check_view, view_of};

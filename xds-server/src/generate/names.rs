@@ -127,6 +127,7 @@ mod tests {
             mesh_external: false,
             external_name: None,
             creation_ms: 0,
+            subject_alt_names: Vec::new(),
         }
     }
 

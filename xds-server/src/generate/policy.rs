@@ -2,10 +2,13 @@
 //! policy, overridden by its `portLevelSettings` for the cluster's port, then by the
 //! subset's policy and the subset's own port-level settings (Istio's merge order; each
 //! layer replaces whole sections — load balancer, connection pool, outlier detection, TLS).
+//! `proxyProtocol` and `retryBudget` exist only at the policy level: as in Istio's
+//! `MergeSubsetTrafficPolicy`, a port-level setting for the cluster's port leaves them out
+//! of that layer, and a subset's own value wins.
 
 use pilotfish_mesh::api::{
     ClientTlsSettings, ConnectionPoolSettings, LoadBalancerSettings, OutlierDetection,
-    PortTrafficPolicy, Subset, TrafficPolicy,
+    PortTrafficPolicy, ProxyProtocol, RetryBudget, Subset, TrafficPolicy,
 };
 use pilotfish_mesh::push_context::EffectiveDestinationRule;
 
@@ -16,6 +19,8 @@ pub struct ClusterPolicy {
     pub connection_pool: Option<ConnectionPoolSettings>,
     pub outlier_detection: Option<OutlierDetection>,
     pub tls: Option<ClientTlsSettings>,
+    pub proxy_protocol: Option<ProxyProtocol>,
+    pub retry_budget: Option<RetryBudget>,
 }
 
 impl ClusterPolicy {
@@ -74,9 +79,21 @@ pub fn cluster_policy(
     let mut out = ClusterPolicy::default();
     if let Some(policy) = rule.and_then(|r| r.spec.traffic_policy.as_ref()) {
         out.overlay(policy, port);
+        if port_settings(&policy.port_level_settings, port).is_none() {
+            out.proxy_protocol.clone_from(&policy.proxy_protocol);
+            out.retry_budget.clone_from(&policy.retry_budget);
+        }
     }
     if let Some(policy) = subset.and_then(|s| s.traffic_policy.as_ref()) {
         out.overlay(policy, port);
+        if port_settings(&policy.port_level_settings, port).is_none() {
+            if policy.proxy_protocol.is_some() {
+                out.proxy_protocol.clone_from(&policy.proxy_protocol);
+            }
+            if policy.retry_budget.is_some() {
+                out.retry_budget.clone_from(&policy.retry_budget);
+            }
+        }
     }
     out
 }
@@ -138,5 +155,45 @@ mod tests {
         );
 
         assert_eq!(cluster_policy(None, 80, None), ClusterPolicy::default());
+    }
+
+    #[test]
+    fn policy_level_fields_skip_port_level_layers_and_subsets_win() {
+        let r = rule(json!({
+            "host": "a",
+            "trafficPolicy": {
+                "proxyProtocol": {"version": "V1"},
+                "retryBudget": {"percent": 10},
+                "portLevelSettings": [{"port": {"number": 8080}, "loadBalancer": {"simple": "RANDOM"}}]
+            },
+            "subsets": [
+                {"name": "v2", "labels": {"v": "2"}, "trafficPolicy": {"proxyProtocol": {"version": "V2"}}},
+                {"name": "v3", "labels": {"v": "3"}, "trafficPolicy": {"retryBudget": {"percent": 50},
+                    "portLevelSettings": [{"port": {"number": 9090}, "loadBalancer": {"simple": "RANDOM"}}]}}
+            ]
+        }));
+        use pilotfish_mesh::api::ProxyProtocolVersion;
+        let version = |p: &ClusterPolicy| p.proxy_protocol.as_ref().and_then(|v| v.version);
+        let percent = |p: &ClusterPolicy| p.retry_budget.as_ref().and_then(|b| b.percent);
+        let p = cluster_policy(Some(&r), 9090, None);
+        assert_eq!(version(&p), Some(ProxyProtocolVersion::V1));
+        assert_eq!(percent(&p), Some(10.0));
+        let p = cluster_policy(Some(&r), 8080, None);
+        assert_eq!(
+            (version(&p), percent(&p)),
+            (None, None),
+            "a port-level setting replaces the whole policy (Istio)"
+        );
+        let p = cluster_policy(Some(&r), 9090, Some(&r.spec.subsets[0]));
+        assert_eq!(version(&p), Some(ProxyProtocolVersion::V2));
+        assert_eq!(percent(&p), Some(10.0), "inherited");
+        let p = cluster_policy(Some(&r), 9090, Some(&r.spec.subsets[1]));
+        assert_eq!(
+            percent(&p),
+            Some(10.0),
+            "the subset's port-level layer has none"
+        );
+        let p = cluster_policy(Some(&r), 80, Some(&r.spec.subsets[1]));
+        assert_eq!(percent(&p), Some(50.0));
     }
 }

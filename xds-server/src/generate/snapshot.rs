@@ -17,15 +17,17 @@ use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use pilotfish_mesh::model::{Proxy, Resolution, TargetPort};
+use pilotfish_mesh::model::{Proxy, ProxyType, Resolution, TargetPort};
 use pilotfish_mesh::push_context::{PushContext, diff};
 
 use crate::ads::{ChangeKind, Resource, XdsSnapshot, XdsType};
 
 use super::canonical::canonicalize;
 use super::findings::{Finding, RouteKind};
+use super::identities::endpoint_identities;
 use super::metrics::{
     GENERATIONS, INCONSISTENT_REFERENCES, PROXYLESS_DOWNGRADES, UNRESOLVED_DESTINATIONS,
+    UNSUPPORTED_PROXIES,
 };
 use super::plan::{OutboundPlan, outbound_plan};
 use super::sanitize::{sanitize_listeners, sanitize_routes};
@@ -139,7 +141,13 @@ impl GeneratedSnapshot {
     }
 
     /// The generated parts that make up `kind` for `proxy` (their names are disjoint).
+    /// Gateways (`router~` nodes) get none: Pilotfish does not configure them yet, and an
+    /// empty LDS/CDS answer is a valid configuration, where sidecar output would open
+    /// sidecar listeners on a gateway ([`note_unsupported_proxy`] tells the operator).
     fn parts_of(&self, proxy: &Proxy, kind: XdsType) -> Vec<Arc<ResourceMap>> {
+        if proxy.proxy_type == ProxyType::Router {
+            return Vec::new();
+        }
         let scope = self.index.scope(proxy);
         let flavor = Flavor::of(proxy);
         let parts: &[Part] = match (kind, flavor) {
@@ -239,6 +247,19 @@ impl GeneratedSnapshot {
                 encode(routes, |r| &r.name)
             }
         }
+    }
+}
+
+/// Logs and counts a proxy Pilotfish does not configure (a gateway: `router~` node id), once
+/// per ADS stream (the node parser calls it for the stream's first request); such a proxy
+/// gets an empty configuration from every snapshot.
+pub fn note_unsupported_proxy(proxy: &Proxy) {
+    if proxy.proxy_type == ProxyType::Router {
+        tracing::warn!(
+            node = %proxy.id,
+            "gateway proxies (`router~` node ids) are not supported by Pilotfish yet: this proxy gets an empty configuration (no listeners, no clusters)"
+        );
+        UNSUPPORTED_PROXIES.with_label_values(&["router"]).inc();
     }
 }
 
@@ -434,8 +455,9 @@ impl XdsSnapshot for GeneratedSnapshot {
 
 /// How `new` differs from `old` as far as the generated resources go: endpoints-only
 /// when only endpoints changed and none of those endpoints shape anything but EDS
-/// (named target ports decide a sidecar's inbound ports; headless services' endpoints are
-/// reached through ORIGINAL_DST clusters, so their changes are EDS-free but harmless).
+/// (named target ports decide a sidecar's inbound ports; endpoints' service accounts are
+/// the identities TLS verifies; headless services' endpoints are reached through
+/// ORIGINAL_DST clusters, so their changes are EDS-free but harmless).
 pub fn change_kind(old: &PushContext, new: &PushContext) -> ChangeKind {
     let summary = diff(old, new);
     if !summary.is_endpoints_only() {
@@ -454,7 +476,18 @@ pub fn change_kind(old: &PushContext, new: &PushContext) -> ChangeKind {
             })
         })
     });
-    if shapes_more_than_eds {
+    let identities_changed = summary.endpoints.iter().any(|(host, ns)| {
+        let of = |ctx: &PushContext| {
+            ctx.services()
+                .iter()
+                .find(|s| s.hostname == *host && s.namespace == *ns)
+                .and_then(|s| ctx.endpoints(s))
+                .map(|eps| endpoint_identities(eps, ns, &ctx.mesh().trust_domain))
+                .unwrap_or_default()
+        };
+        of(old) != of(new)
+    });
+    if shapes_more_than_eds || identities_changed {
         ChangeKind::Full
     } else {
         ChangeKind::EndpointsOnly

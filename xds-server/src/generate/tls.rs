@@ -12,8 +12,8 @@
 //! (certificates `default` and `ROOTCA`); `SIMPLE`/`MUTUAL` with files are left out.
 
 use envoy_types::pb::envoy::config::core::v3::{
-    ApiConfigSource, ApiVersion, ConfigSource, GrpcService, TransportSocket,
-    api_config_source::ApiType, config_source::ConfigSourceSpecifier, grpc_service,
+    ApiConfigSource, ApiVersion, ConfigSource, DataSource, GrpcService, TransportSocket,
+    api_config_source::ApiType, config_source::ConfigSourceSpecifier, data_source, grpc_service,
     transport_socket,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
@@ -120,6 +120,9 @@ fn sidecar_context(
                     None => {}
                 }
             }
+            if tls.credential_name.is_none() {
+                set_crl(&mut common, tls.ca_crl.as_deref());
+            }
             sni = tls
                 .sni
                 .clone()
@@ -205,6 +208,24 @@ fn san_matchers(sans: &[String]) -> Vec<SubjectAltNameMatcher> {
             ..Default::default()
         })
         .collect()
+}
+
+/// `caCrl` as the file Envoy reads the revocation list from, in the validation context of
+/// a file-based root (Istio reads it only there: not with `credentialName`, not for
+/// `ISTIO_MUTUAL`).
+fn set_crl(common: &mut CommonTlsContext, crl: Option<&str>) {
+    let Some(crl) = crl.filter(|c| !c.is_empty()) else {
+        return;
+    };
+    if let Some(common_tls_context::ValidationContextType::CombinedValidationContext(combined)) =
+        &mut common.validation_context_type
+        && let Some(validation) = &mut combined.default_validation_context
+    {
+        validation.crl = Some(DataSource {
+            specifier: Some(data_source::Specifier::Filename(crl.to_string())),
+            ..Default::default()
+        });
+    }
 }
 
 fn combined_validation(
@@ -342,6 +363,7 @@ mod tests {
     fn simple_and_mutual_map_files_and_credentials_to_sds_names() {
         let simple = ClientTlsSettings {
             ca_certificates: Some("/etc/ca.pem".into()),
+            ca_crl: Some("/etc/crl.pem".into()),
             subject_alt_names: vec!["api.example.com".into()],
             ..settings(TlsMode::Simple)
         };
@@ -367,6 +389,11 @@ mod tests {
         assert_eq!(
             v.validation_context_sds_secret_config.unwrap().name,
             "file-root:/etc/ca.pem"
+        );
+        assert_eq!(
+            v.default_validation_context.unwrap().crl.unwrap().specifier,
+            Some(data_source::Specifier::Filename("/etc/crl.pem".into())),
+            "caCrl: the CRL file of the validation context"
         );
         let mutual = ClientTlsSettings {
             credential_name: Some("client".into()),

@@ -1,5 +1,6 @@
 //! State-of-the-world ADS over a real socket: one test per protocol rule.
 
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use pilotfish_xds::ads::{
     AdsConfig, CLUSTER_TYPE, ConnectionPolicy, ENDPOINT_TYPE, LISTENER_TYPE, MapSnapshot,
     ROUTE_TYPE,
@@ -592,4 +593,52 @@ async fn draining_spreads_connection_ends_over_the_grace() {
             .all(|t| *t < std::time::Duration::from_secs(5)),
         "{ended_at:?}"
     );
+}
+
+#[tokio::test]
+async fn a_gateway_gets_an_empty_configuration_over_the_wire() {
+    use std::sync::Arc;
+
+    use pilotfish_xds::ads::{ChangeKind, StampedSnapshot};
+    use pilotfish_xds::generate::GeneratedSnapshot;
+    use pilotfish_xds::generate::metrics::UNSUPPORTED_PROXIES;
+
+    let (snapshot, _, _) = crate::golden::case_snapshot("tcp", None, "client");
+    let snapshot = GeneratedSnapshot::new(snapshot.push_context().clone(), 1, ChangeKind::Full);
+    let server = TestServer::start_stamped(
+        AdsConfig::default(),
+        Some(StampedSnapshot::now(Arc::new(snapshot))),
+    )
+    .await;
+    let refused_before = UNSUPPORTED_PROXIES.with_label_values(&["router"]).get();
+    let gateway =
+        "router~10.1.0.9~istio-ingressgateway-1.istio-system~istio-system.svc.cluster.local";
+    for type_url in [LISTENER_TYPE, CLUSTER_TYPE] {
+        let mut s = server
+            .sotw(DiscoveryRequest {
+                node: node(gateway),
+                ..request(type_url, &[], "")
+            })
+            .await
+            .expect("stream");
+        let r = s.recv().await;
+        assert_eq!(r.type_url, type_url);
+        assert!(
+            r.resources.is_empty(),
+            "{type_url}: no sidecar output for a gateway"
+        );
+        assert!(!r.nonce.is_empty() && !r.version_info.is_empty());
+        s.ack(&r, &[]).await;
+        s.expect_silence().await;
+    }
+    assert!(
+        UNSUPPORTED_PROXIES.with_label_values(&["router"]).get() >= refused_before + 2,
+        "counted once per stream"
+    );
+    // A sidecar on the same server still gets its listeners.
+    let mut s = server
+        .sotw(first(LISTENER_TYPE, &[]))
+        .await
+        .expect("stream");
+    assert!(!s.recv().await.resources.is_empty());
 }

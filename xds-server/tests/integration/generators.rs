@@ -454,3 +454,85 @@ spec:
         ]
     );
 }
+
+#[test]
+fn gateways_get_no_sidecar_output() {
+    use pilotfish_mesh::model::ProxyType;
+    let snapshot = GeneratedSnapshot::new(Arc::new(push(SHOP)), 1, ChangeKind::Full);
+    let gateway = Proxy {
+        proxy_type: ProxyType::Router,
+        ..sidecar("shop", &[("app", "cart")])
+    };
+    for kind in XdsType::ALL {
+        assert!(
+            snapshot
+                .resources(&gateway, kind.type_url(), None)
+                .is_empty(),
+            "{kind:?}"
+        );
+        let named: BTreeSet<String> =
+            ["outbound|8080||cart.shop.svc.cluster.local".to_string()].into();
+        assert!(
+            snapshot
+                .resources(&gateway, kind.type_url(), Some(&named))
+                .is_empty()
+        );
+    }
+    assert_eq!(
+        snapshot.generations(),
+        0,
+        "nothing is generated for a gateway"
+    );
+    assert!(
+        !snapshot
+            .resources(&sidecar("shop", &[]), LISTENER_TYPE, None)
+            .is_empty()
+    );
+}
+
+/// Endpoints' service accounts are the identities ISTIO_MUTUAL verifies (CDS): a change of
+/// them is not EDS-only.
+#[test]
+fn a_new_endpoint_identity_is_a_full_change() {
+    let mesh = |ip: &str, pod: &str| {
+        format!(
+            "{SHOP}---
+apiVersion: v1
+kind: Pod
+metadata: {{name: cart-1, namespace: shop, labels: {{app: cart}}}}
+spec: {{serviceAccountName: cart}}
+status: {{podIPs: [{{ip: 10.1.0.1}}], conditions: [{{type: Ready, status: 'True'}}]}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: cart-2, namespace: shop, labels: {{app: cart}}}}
+spec: {{serviceAccountName: cart}}
+status: {{podIPs: [{{ip: 10.1.0.2}}], conditions: [{{type: Ready, status: 'True'}}]}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: cart-3, namespace: shop, labels: {{app: cart}}}}
+spec: {{serviceAccountName: cart-canary}}
+status: {{podIPs: [{{ip: 10.1.0.3}}], conditions: [{{type: Ready, status: 'True'}}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: cart-1, namespace: shop, labels: {{kubernetes.io/service-name: cart}}}}
+addressType: IPv4
+ports: [{{name: http, port: 8080}}]
+endpoints: [{{addresses: [{ip}], targetRef: {{kind: Pod, namespace: shop, name: {pod}}}}}]
+"
+        )
+    };
+    let old = push(&mesh("10.1.0.1", "cart-1"));
+    assert_eq!(
+        change_kind(&old, &push(&mesh("10.1.0.2", "cart-2"))),
+        ChangeKind::EndpointsOnly,
+        "same identity"
+    );
+    assert_eq!(
+        change_kind(&old, &push(&mesh("10.1.0.3", "cart-3"))),
+        ChangeKind::Full,
+        "a new service account changes the SANs CDS verifies"
+    );
+}

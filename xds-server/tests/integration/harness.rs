@@ -45,11 +45,16 @@ impl TestServer {
     }
 
     pub async fn start_with(config: AdsConfig, snapshot: Option<MapSnapshot>) -> TestServer {
+        Self::start_stamped(config, snapshot.map(MapSnapshot::stamped)).await
+    }
+
+    /// A server serving any snapshot (e.g. a `GeneratedSnapshot`).
+    pub async fn start_stamped(config: AdsConfig, snapshot: Option<StampedSnapshot>) -> TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local addr");
-        let (snapshots, rx) = watch::channel(snapshot.map(MapSnapshot::stamped));
+        let (snapshots, rx) = watch::channel(snapshot);
         let registry = ConnectionRegistry::new();
         let drain = CancellationToken::new();
         let task = tokio::spawn(ads::serve(

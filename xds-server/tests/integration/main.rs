@@ -8,4 +8,5 @@ mod ads_sotw;
 mod generators;
 mod golden;
 mod harness;
+mod istio_fields;
 mod push_bytes;

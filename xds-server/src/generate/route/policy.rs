@@ -11,7 +11,9 @@ use envoy_types::pb::envoy::config::route::v3::{
     retry_policy::{RetryBackOff, RetryHostPredicate, RetryPriority},
     route_action::{
         HashPolicy, MaxStreamDuration, RequestMirrorPolicy,
-        hash_policy::{ConnectionProperties, Cookie, Header, PolicySpecifier, QueryParameter},
+        hash_policy::{
+            ConnectionProperties, Cookie, CookieAttribute, Header, PolicySpecifier, QueryParameter,
+        },
     },
 };
 use envoy_types::pb::envoy::extensions::filters::common::fault::v3::{
@@ -211,7 +213,14 @@ pub fn hash_policy(hash: &ConsistentHashLb) -> Vec<HashPolicy> {
             name: c.name.clone(),
             ttl: c.ttl.as_ref().and_then(api_duration),
             path: c.path.clone().unwrap_or_default(),
-            ..Default::default()
+            attributes: c
+                .attributes
+                .iter()
+                .map(|a| CookieAttribute {
+                    name: a.name.clone(),
+                    value: a.value.clone().unwrap_or_default(),
+                })
+                .collect(),
         })
     } else if hash.use_source_ip == Some(true) {
         PolicySpecifier::ConnectionProperties(ConnectionProperties { source_ip: true })
@@ -432,12 +441,20 @@ mod tests {
 
     #[test]
     fn hash_policies_per_key_and_proxyless_gating() {
-        let h: ConsistentHashLb =
-            serde_json::from_value(json!({"httpCookie": {"name": "s", "ttl": "10s"}})).unwrap();
-        assert!(matches!(
-            hash_policy(&h)[0].policy_specifier,
-            Some(PolicySpecifier::Cookie(_))
-        ));
+        let h: ConsistentHashLb = serde_json::from_value(json!({"httpCookie": {
+            "name": "s", "ttl": "10s",
+            "attributes": [{"name": "SameSite", "value": "Strict"}, {"name": "Secure"}]
+        }}))
+        .unwrap();
+        let Some(PolicySpecifier::Cookie(cookie)) = &hash_policy(&h)[0].policy_specifier else {
+            panic!("cookie hash policy expected")
+        };
+        let attributes: Vec<(&str, &str)> = cookie
+            .attributes
+            .iter()
+            .map(|a| (a.name.as_str(), a.value.as_str()))
+            .collect();
+        assert_eq!(attributes, [("SameSite", "Strict"), ("Secure", "")]);
         let (keys, downgrade) = proxyless_hash_policy(&h, "c");
         assert!(keys.is_empty());
         assert_eq!(
