@@ -493,10 +493,7 @@ impl Stores {
             (self.virtual_services.synced(), VirtualService::KIND),
             (self.destination_rules.synced(), DestinationRule::KIND),
             (self.service_entries.synced(), ServiceEntry::KIND),
-            (
-                self.peer_authentications.synced(),
-                PeerAuthentication::KIND,
-            ),
+            (self.peer_authentications.synced(), PeerAuthentication::KIND),
             (self.services.synced(), KubeService::KIND),
             (self.endpoint_slices.synced(), EndpointSlice::KIND),
             (self.pods.synced(), Pod::KIND),

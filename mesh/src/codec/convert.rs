@@ -241,7 +241,11 @@ pub fn configs_to_pb(ctx: &PushContext) -> Vec<pb::Config> {
         .iter()
         .map(|vs| config_to_pb_vs(vs))
         .chain(data.destination_rules.iter().map(|dr| config_to_pb_dr(dr)))
-        .chain(data.peer_authentications.iter().map(|pa| config_to_pb_pa(pa)))
+        .chain(
+            data.peer_authentications
+                .iter()
+                .map(|pa| config_to_pb_pa(pa)),
+        )
         .collect();
     configs.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
     configs

@@ -17,8 +17,7 @@ use super::validate::{
 };
 use super::{
     Config, ConfigMeta, DestinationRuleConfig, MeshData, PeerAuthenticationConfig, PushContext,
-    VirtualServiceConfig,
-    config_age_order, delegate, effective_export_to,
+    VirtualServiceConfig, config_age_order, delegate, effective_export_to,
 };
 use crate::api::{
     DestinationRule, PeerAuthentication, ServiceEntry, VirtualService, VirtualServiceSpec,

@@ -14,7 +14,7 @@ mod delegate;
 mod diff;
 pub mod hosts;
 pub mod notices;
-mod peer_authn;
+pub mod peer_authn;
 mod references;
 mod service_entry;
 mod validate;

@@ -42,8 +42,8 @@ impl EffectiveMtls {
 
 /// Composes the policies applying to a workload in `namespace` with `labels`.
 /// `candidates` are the accepted policies of the workload's namespace and the root
-/// namespace, in any order.
-pub(super) fn compose<'a>(
+/// namespace, in any order (others are ignored).
+pub fn compose<'a>(
     root_namespace: &str,
     namespace: &str,
     labels: &BTreeMap<String, String>,
@@ -95,7 +95,10 @@ pub(super) fn compose<'a>(
 }
 
 /// Istio's order among policies: creation time, then name, then namespace.
-fn istio_age_order(a: &PeerAuthenticationConfig, b: &PeerAuthenticationConfig) -> std::cmp::Ordering {
+fn istio_age_order(
+    a: &PeerAuthenticationConfig,
+    b: &PeerAuthenticationConfig,
+) -> std::cmp::Ordering {
     a.meta
         .creation_ms
         .cmp(&b.meta.creation_ms)
@@ -143,7 +146,9 @@ mod tests {
     }
 
     fn labels(l: &[(&str, &str)]) -> BTreeMap<String, String> {
-        l.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        l.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     const ROOT: &str = "istio-system";
@@ -170,7 +175,10 @@ mod tests {
         // Another namespace sees only the mesh policy.
         assert_eq!(compose(ROOT, "other", &l, &all).mode, Strict);
         // A workload the selector does not match gets the namespace's.
-        assert_eq!(compose(ROOT, "app", &labels(&[("app", "b")]), &all).mode, Disable);
+        assert_eq!(
+            compose(ROOT, "app", &labels(&[("app", "b")]), &all).mode,
+            Disable
+        );
     }
 
     #[test]
@@ -185,7 +193,14 @@ mod tests {
         let all = [
             pa(ROOT, "mesh", 1, &[], Some(Strict), &[]),
             pa("app", "ns", 2, &[], Some(Unset), &[]),
-            pa("app", "wl", 3, &[("app", "a")], None, &[(80, None), (81, Some(Disable))]),
+            pa(
+                "app",
+                "wl",
+                3,
+                &[("app", "a")],
+                None,
+                &[(80, None), (81, Some(Disable))],
+            ),
         ];
         let e = compose(ROOT, "app", &l, &all);
         assert_eq!(e.mode, Strict);
@@ -203,7 +218,14 @@ mod tests {
             pa("app", "older", 4, &[], Some(Strict), &[]),
             pa("app", "b-wl", 7, &[("app", "a")], Some(Permissive), &[]),
             pa("app", "a-wl", 7, &[("app", "a")], Some(Disable), &[]),
-            pa(ROOT, "root-wl", 1, &[("app", "a")], Some(Strict), &[(80, Some(Strict))]),
+            pa(
+                ROOT,
+                "root-wl",
+                1,
+                &[("app", "a")],
+                Some(Strict),
+                &[(80, Some(Strict))],
+            ),
         ];
         assert_eq!(compose(ROOT, "app", &l, &all[..2]).mode, Strict);
         // Equal ages: the name decides (as Istio's sort).

@@ -7,9 +7,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use pilotfish_mesh::api::{
-    Duration, IstioKind, IstioResource, crd, parse_strict, yaml_documents,
-};
+use pilotfish_mesh::api::{Duration, IstioKind, IstioResource, crd, parse_strict, yaml_documents};
 use serde_json::{Value, json};
 
 fn data_dir(name: &str) -> PathBuf {
@@ -57,7 +55,10 @@ fn every_valid_document_parses_strictly() {
     let kinds: BTreeSet<&str> = corpus.iter().map(|(.., r)| r.kind().as_str()).collect();
     assert_eq!(
         kinds,
-        IstioKind::ALL.iter().map(|k| k.as_str()).collect::<BTreeSet<_>>()
+        IstioKind::ALL
+            .iter()
+            .map(|k| k.as_str())
+            .collect::<BTreeSet<_>>()
     );
     assert!(corpus.len() >= 40, "corpus shrank to {}", corpus.len());
 
