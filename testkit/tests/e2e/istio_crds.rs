@@ -58,12 +58,17 @@ async fn the_istio_crds_and_corpus_apply_with_kubectl() {
     cluster
         .kubectl_ok(&["apply", "--server-side", "-f", crds.to_str().unwrap()])
         .await;
-    for crd in ["virtualservices", "destinationrules", "serviceentries"] {
+    for crd in [
+        "virtualservices.networking.istio.io",
+        "destinationrules.networking.istio.io",
+        "serviceentries.networking.istio.io",
+        "peerauthentications.security.istio.io",
+    ] {
         cluster
             .kubectl_ok(&[
                 "wait",
                 "--for=condition=Established",
-                &format!("crd/{crd}.networking.istio.io"),
+                &format!("crd/{crd}"),
                 "--timeout=60s",
             ])
             .await;
@@ -94,7 +99,12 @@ async fn the_istio_crds_and_corpus_apply_with_kubectl() {
             ));
         }
     }
-    let listed: usize = ["virtualservices", "destinationrules", "serviceentries"]
+    let listed: usize = [
+        "virtualservices",
+        "destinationrules",
+        "serviceentries",
+        "peerauthentications",
+    ]
         .into_iter()
         .map(|kind| async {
             let list = cluster.kubectl_json(&["get", kind, "-A"]).await;
