@@ -162,6 +162,12 @@ fn peer_authentication_errors_name_the_field() {
         .lines()
         .find(|l| l.starts_with("error:"))
         .expect("an error line");
-    assert!(line.contains("PeerAuthentication bookinfo/default"), "{line}");
-    assert!(line.contains("spec.portLevelMtls: port-level mTLS needs"), "{line}");
+    assert!(
+        line.contains("PeerAuthentication bookinfo/default"),
+        "{line}"
+    );
+    assert!(
+        line.contains("spec.portLevelMtls: port-level mTLS needs"),
+        "{line}"
+    );
 }

@@ -105,15 +105,15 @@ async fn the_istio_crds_and_corpus_apply_with_kubectl() {
         "serviceentries",
         "peerauthentications",
     ]
-        .into_iter()
-        .map(|kind| async {
-            let list = cluster.kubectl_json(&["get", kind, "-A"]).await;
-            list["items"].as_array().unwrap().len()
-        })
-        .collect::<futures::future::JoinAll<_>>()
-        .await
-        .into_iter()
-        .sum();
+    .into_iter()
+    .map(|kind| async {
+        let list = cluster.kubectl_json(&["get", kind, "-A"]).await;
+        list["items"].as_array().unwrap().len()
+    })
+    .collect::<futures::future::JoinAll<_>>()
+    .await
+    .into_iter()
+    .sum();
     assert_eq!(listed, applied.len(), "every corpus object is stored");
     // An object reads back as written, under every served version.
     for version in ["v1", "v1beta1", "v1alpha3"] {
