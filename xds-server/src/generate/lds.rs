@@ -39,7 +39,8 @@ use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::Tl
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, HttpFilter, Rds,
     http_connection_manager::{
-        CodecType, PathWithEscapedSlashesAction, RouteSpecifier, UpgradeConfig,
+        CodecType, ForwardClientCertDetails, PathWithEscapedSlashesAction, RouteSpecifier,
+        SetCurrentClientCertDetails, UpgradeConfig,
     },
 };
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
@@ -47,8 +48,7 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
     tcp_proxy::{self, WeightedCluster},
 };
 use envoy_types::pb::envoy::r#type::v3::{HashPolicy as TypeHashPolicy, hash_policy};
-use pilotfish_mesh::api::MtlsMode;
-use pilotfish_mesh::api::TcpRoute;
+use pilotfish_mesh::api::{MtlsMode, TcpRoute};
 use pilotfish_mesh::mesh_config::OutboundTrafficPolicy;
 use pilotfish_mesh::model::{Protocol, Proxy, labels_match};
 use pilotfish_mesh::push_context::{EffectiveMtls, PushContext};
@@ -503,7 +503,7 @@ pub fn sidecar_inbound_listener(
         let filter = || match protocol {
             ChainProtocol::Http => {
                 let env_route = default_inbound_route(&cluster, p.port);
-                hcm_filter(
+                let mut hcm = sidecar_hcm(
                     format!("inbound_0.0.0.0_{}", p.port),
                     RouteSpecifier::RouteConfig(RouteConfiguration {
                         name: cluster.clone(),
@@ -517,7 +517,20 @@ pub fn sidecar_inbound_listener(
                         ..Default::default()
                     }),
                     vec![http_filter(ROUTER_FILTER, any(&Router::default()))],
-                )
+                );
+                // Istio's sidecar default: the workload learns its mTLS peer from the
+                // x-forwarded-client-cert header (subject, URI SAN = SPIFFE id, DNS SANs).
+                hcm.forward_client_cert_details = ForwardClientCertDetails::AppendForward as i32;
+                hcm.set_current_client_cert_details = Some(SetCurrentClientCertDetails {
+                    subject: bool_value(true),
+                    uri: true,
+                    dns: true,
+                    ..Default::default()
+                });
+                Filter {
+                    name: HCM_FILTER.to_string(),
+                    config_type: Some(filter::ConfigType::TypedConfig(any(&hcm))),
+                }
             }
             ChainProtocol::Tcp => tcp_proxy_filter(
                 &cluster,
