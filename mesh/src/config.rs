@@ -12,6 +12,7 @@ pub enum ConfigKind {
     VirtualService,
     DestinationRule,
     ServiceEntry,
+    PeerAuthentication,
     Service,
     EndpointSlice,
     Pod,
@@ -24,6 +25,7 @@ impl ConfigKind {
             ConfigKind::VirtualService => "VirtualService",
             ConfigKind::DestinationRule => "DestinationRule",
             ConfigKind::ServiceEntry => "ServiceEntry",
+            ConfigKind::PeerAuthentication => "PeerAuthentication",
             ConfigKind::Service => "Service",
             ConfigKind::EndpointSlice => "EndpointSlice",
             ConfigKind::Pod => "Pod",
@@ -32,10 +34,11 @@ impl ConfigKind {
     }
 
     /// Every kind, in declaration order.
-    pub const ALL: [ConfigKind; 7] = [
+    pub const ALL: [ConfigKind; 8] = [
         ConfigKind::VirtualService,
         ConfigKind::DestinationRule,
         ConfigKind::ServiceEntry,
+        ConfigKind::PeerAuthentication,
         ConfigKind::Service,
         ConfigKind::EndpointSlice,
         ConfigKind::Pod,

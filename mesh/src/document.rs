@@ -1,5 +1,6 @@
 //! Kubernetes-style YAML as mesh objects: what `kubectl get -o yaml` prints (Service,
-//! EndpointSlice, Pod, VirtualService, DestinationRule, ServiceEntry), parsed from text and
+//! EndpointSlice, Pod, VirtualService, DestinationRule, ServiceEntry, PeerAuthentication),
+//! parsed from text and
 //! collected into builder inputs. Pure: the folder that feeds it (standalone mode and the
 //! controller's `--config-dir` mode) is `pilotfish_shared::source`.
 //!
@@ -142,7 +143,7 @@ fn istio_reads(group: &str) -> bool {
 }
 
 /// The document is of a kind Istio reads and Pilotfish does not support yet: anything of
-/// an Istio or Gateway API group but the three networking kinds it parses (an unserved
+/// an Istio or Gateway API group but the kinds it parses ([`IstioKind::ALL`]; an unserved
 /// version of those is an error, not this).
 fn not_supported_yet(value: &Value) -> bool {
     let api_version = value
@@ -154,8 +155,9 @@ fn not_supported_yet(value: &Value) -> bool {
         return false;
     };
     istio_reads(group)
-        && !(group == crate::api::GROUP
-            && matches!(kind, "VirtualService" | "DestinationRule" | "ServiceEntry"))
+        && !IstioKind::ALL
+            .into_iter()
+            .any(|k| k.group() == group && k.as_str() == kind)
 }
 
 fn ignored(value: &Value, document: usize) -> IgnoredObject {
@@ -320,6 +322,7 @@ fn with_default_namespace_istio(mut r: IstioResource) -> IstioResource {
         IstioResource::VirtualService(o) => default_namespace(&mut o.metadata),
         IstioResource::DestinationRule(o) => default_namespace(&mut o.metadata),
         IstioResource::ServiceEntry(o) => default_namespace(&mut o.metadata),
+        IstioResource::PeerAuthentication(o) => default_namespace(&mut o.metadata),
     }
     r
 }
@@ -339,6 +342,7 @@ pub fn config_kind(kind: IstioKind) -> ConfigKind {
         IstioKind::VirtualService => ConfigKind::VirtualService,
         IstioKind::DestinationRule => ConfigKind::DestinationRule,
         IstioKind::ServiceEntry => ConfigKind::ServiceEntry,
+        IstioKind::PeerAuthentication => ConfigKind::PeerAuthentication,
     }
 }
 
@@ -374,6 +378,9 @@ pub fn to_inputs<'a>(
                     }
                     IstioResource::ServiceEntry(s) => {
                         base.service_entries.push(Arc::new((**s).clone()))
+                    }
+                    IstioResource::PeerAuthentication(p) => {
+                        base.peer_authentications.push(Arc::new((**p).clone()))
                     }
                 }
             }

@@ -54,13 +54,15 @@ pub enum Decoded<K> {
     Invalid(Box<Undecodable>),
 }
 
-/// The group of the Istio kinds, whose unknown fields are reported.
-const ISTIO_GROUP: &str = pilotfish_mesh::api::GROUP;
+/// Whether `group` is one of the Istio kinds' groups, whose unknown fields are reported.
+fn is_istio_group(group: &str) -> bool {
+    group == pilotfish_mesh::api::GROUP || group == pilotfish_mesh::api::SECURITY_GROUP
+}
 
 impl<K: DeserializeOwned + Resource<DynamicType = ()>> Decoded<K> {
     /// Reads `value` as `K`, or keeps what can be read of it.
     pub fn from_value(value: Value) -> Result<Self, serde_json::Error> {
-        let read = if K::group(&()) == ISTIO_GROUP {
+        let read = if is_istio_group(&K::group(&())) {
             pilotfish_mesh::api::parse_reporting_unknown::<K>(&value)
                 .map(|parsed| {
                     let unknown = parsed.unknown_fields.into_iter().map(|f| f.path).collect();

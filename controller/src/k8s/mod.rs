@@ -32,7 +32,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::Api;
-use pilotfish_mesh::api::{DestinationRule, ServiceEntry, VirtualService};
+use pilotfish_mesh::api::{DestinationRule, PeerAuthentication, ServiceEntry, VirtualService};
 use pilotfish_mesh::push_context::BuildInputs;
 use tokio::sync::{mpsc, watch as channel};
 use tokio_util::sync::CancellationToken;
@@ -80,6 +80,7 @@ where
         "VirtualService" => "VirtualService watch",
         "DestinationRule" => "DestinationRule watch",
         "ServiceEntry" => "ServiceEntry watch",
+        "PeerAuthentication" => "PeerAuthentication watch",
         "Service" => "Service watch",
         "EndpointSlice" => "EndpointSlice watch",
         "Pod" => "Pod watch",
@@ -131,6 +132,7 @@ impl KubeMode {
             watch_task::<VirtualService>(client.clone(), updates_tx.clone()),
             watch_task::<DestinationRule>(client.clone(), updates_tx.clone()),
             watch_task::<ServiceEntry>(client.clone(), updates_tx.clone()),
+            watch_task::<PeerAuthentication>(client.clone(), updates_tx.clone()),
             watch_task::<Service>(client.clone(), updates_tx.clone()),
             watch_task::<EndpointSlice>(client.clone(), updates_tx.clone()),
             watch_task::<Pod>(client.clone(), updates_tx.clone()),

@@ -17,7 +17,9 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Service as KubeService};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use pilotfish_mesh::api::{DestinationRule, IstioStatus, ServiceEntry, VirtualService};
+use pilotfish_mesh::api::{
+    DestinationRule, IstioStatus, PeerAuthentication, ServiceEntry, VirtualService,
+};
 use pilotfish_mesh::config::{ConfigKey, ConfigKind};
 use pilotfish_mesh::model::PodInfo;
 use pilotfish_mesh::push_context::BuildInputs;
@@ -111,6 +113,11 @@ macro_rules! istio_kind {
 istio_kind!(VirtualService, "VirtualService", virtual_services);
 istio_kind!(DestinationRule, "DestinationRule", destination_rules);
 istio_kind!(ServiceEntry, "ServiceEntry", service_entries);
+istio_kind!(
+    PeerAuthentication,
+    "PeerAuthentication",
+    peer_authentications
+);
 
 impl Watched for KubeService {
     type Stored = KubeService;
@@ -471,6 +478,7 @@ pub struct Stores {
     pub virtual_services: KindStore<VirtualService>,
     pub destination_rules: KindStore<DestinationRule>,
     pub service_entries: KindStore<ServiceEntry>,
+    pub peer_authentications: KindStore<PeerAuthentication>,
     pub services: KindStore<KubeService>,
     pub endpoint_slices: KindStore<EndpointSlice>,
     pub pods: KindStore<PodInfo>,
@@ -485,6 +493,7 @@ impl Stores {
             (self.virtual_services.synced(), VirtualService::KIND),
             (self.destination_rules.synced(), DestinationRule::KIND),
             (self.service_entries.synced(), ServiceEntry::KIND),
+            (self.peer_authentications.synced(), PeerAuthentication::KIND),
             (self.services.synced(), KubeService::KIND),
             (self.endpoint_slices.synced(), EndpointSlice::KIND),
             (self.pods.synced(), Pod::KIND),
@@ -507,6 +516,7 @@ impl Stores {
             (VirtualService::KIND, self.virtual_services.len()),
             (DestinationRule::KIND, self.destination_rules.len()),
             (ServiceEntry::KIND, self.service_entries.len()),
+            (PeerAuthentication::KIND, self.peer_authentications.len()),
             (KubeService::KIND, self.services.len()),
             (EndpointSlice::KIND, self.endpoint_slices.len()),
             (Pod::KIND, self.pods.len()),
@@ -542,6 +552,7 @@ impl Stores {
             virtual_services: live(&self.virtual_services, &terminating).collect(),
             destination_rules: live(&self.destination_rules, &terminating).collect(),
             service_entries: live(&self.service_entries, &terminating).collect(),
+            peer_authentications: live(&self.peer_authentications, &terminating).collect(),
             input_warnings: self.unknown_field_warnings(&terminating),
         }
     }
@@ -564,6 +575,10 @@ impl Stores {
             (
                 ConfigKind::ServiceEntry,
                 self.service_entries.unknown_fields(),
+            ),
+            (
+                ConfigKind::PeerAuthentication,
+                self.peer_authentications.unknown_fields(),
             ),
         ] {
             for ((namespace, name), paths) in fields {
@@ -599,6 +614,12 @@ impl Stores {
         collect_config(
             &self.service_entries,
             ConfigKind::ServiceEntry,
+            |o| (&o.metadata, o.status.as_ref()),
+            &mut out,
+        );
+        collect_config(
+            &self.peer_authentications,
+            ConfigKind::PeerAuthentication,
             |o| (&o.metadata, o.status.as_ref()),
             &mut out,
         );

@@ -513,3 +513,83 @@ async fn a_restarted_controller_keeps_the_last_accepted_version_of_an_object_inv
     assert_eq!(served_weights(&follower, "reviews"), Some(vec![80, 20]));
     b.assert_alive();
 }
+
+/// PeerAuthentication is watched like the networking kinds: a valid one reaches the
+/// snapshot (decoded by the replica), an invalid one — port-level mTLS without a selector,
+/// which Istio rejects — gets `Reconciled=False` naming the field and one `InvalidConfig`
+/// Event about the `security.istio.io` object, and is left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_authentications_are_served_and_invalid_ones_reported() {
+    let cluster = Cluster::start().await;
+    cluster.install_istio_crds().await;
+    reviews_mesh(&cluster).await;
+    let strict = json!({
+        "apiVersion": "security.istio.io/v1",
+        "kind": "PeerAuthentication",
+        "metadata": {"name": "default", "namespace": "default"},
+        "spec": {"mtls": {"mode": "STRICT"}},
+    });
+    let bad = json!({
+        "apiVersion": "security.istio.io/v1beta1",
+        "kind": "PeerAuthentication",
+        "metadata": {"name": "ports-without-selector", "namespace": "default"},
+        "spec": {"portLevelMtls": {"8080": {"mode": "DISABLE"}}},
+    });
+    cluster.apply(strict.clone()).await;
+    cluster.apply(bad.clone()).await;
+    let bus = MemoryBus::new();
+    let (follower, _task) = bus.follow(decode);
+    let mut replica = Replica::start(&cluster, "a", Arc::new(bus.publisher()), fast_timings());
+    let served = eventually("the valid PeerAuthentication, served", || async {
+        let ctx = follower.current()?;
+        let names: Vec<String> = ctx
+            .value
+            .peer_authentications()
+            .iter()
+            .map(|p| format!("{}/{}", p.meta.namespace, p.meta.name))
+            .collect();
+        (!names.is_empty()).then_some(names)
+    })
+    .await;
+    assert_eq!(served, ["default/default"]);
+    let labels = std::collections::BTreeMap::from([("app".to_string(), "reviews".to_string())]);
+    assert_eq!(
+        follower
+            .current()
+            .unwrap()
+            .value
+            .mtls_for_workload("default", &labels)
+            .mode,
+        pilotfish_mesh::api::MtlsMode::Strict
+    );
+    let condition = eventually("Reconciled=False on the invalid one", || async {
+        let c = reconciled(&cluster.get(&bad).await?)?;
+        (c["status"] == "False").then_some(c)
+    })
+    .await;
+    assert_eq!(condition["reason"], "InvalidConfig");
+    let message = condition["message"].as_str().unwrap();
+    assert!(message.contains("spec.portLevelMtls"), "{message}");
+    let valid = eventually("Reconciled=True on the valid one", || async {
+        reconciled(&cluster.get(&strict).await?)
+    })
+    .await;
+    assert_eq!(valid["status"], "True", "{valid}");
+    let events: Api<CoreEvent> = Api::namespaced(cluster.client(), "default");
+    let invalid = eventually("the InvalidConfig Event", || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        let found: Vec<CoreEvent> = list
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("InvalidConfig"))
+            .collect();
+        (!found.is_empty()).then_some(found)
+    })
+    .await;
+    assert_eq!(invalid.len(), 1, "{invalid:?}");
+    let about = &invalid[0].involved_object;
+    assert_eq!(about.kind.as_deref(), Some("PeerAuthentication"));
+    assert_eq!(about.api_version.as_deref(), Some("security.istio.io/v1"));
+    assert_eq!(about.name.as_deref(), Some("ports-without-selector"));
+    replica.assert_alive();
+}

@@ -152,3 +152,22 @@ fn a_missing_file_is_a_usage_error() {
     let (code, _) = validate(&["-f", "/nonexistent/pilotfish.yaml"]);
     assert_eq!(code, 2);
 }
+
+#[test]
+fn peer_authentication_errors_name_the_field() {
+    let file = corpus("invalid/pa-port-level-without-selector.yaml");
+    let (code, out) = validate(&["-f", file.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .expect("an error line");
+    assert!(
+        line.contains("PeerAuthentication bookinfo/default"),
+        "{line}"
+    );
+    assert!(
+        line.contains("spec.portLevelMtls: port-level mTLS needs"),
+        "{line}"
+    );
+}

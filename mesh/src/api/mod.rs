@@ -1,8 +1,9 @@
-//! Istio `networking.istio.io` API types as Kubernetes custom resources, their strict parser,
-//! and their CRDs.
+//! Istio `networking.istio.io` and `security.istio.io` API types as Kubernetes custom
+//! resources, their strict parser, and their CRDs.
 //!
 //! Public surface:
-//! - Kinds [`VirtualService`], [`DestinationRule`], [`ServiceEntry`] (spec types
+//! - Kinds [`VirtualService`], [`DestinationRule`], [`ServiceEntry`],
+//!   [`PeerAuthentication`] (spec types
 //!   `…Spec`, status [`IstioStatus`]); every nested message is named after its Istio proto
 //!   message (`HttpRoute`, `TrafficPolicy`, …) and every field is the snake_case of Istio's
 //!   JSON name (`consecutive_5xx_errors` for `consecutive5xxErrors`, `r#match` for `match`).
@@ -14,7 +15,7 @@
 //!   unknown fields aside ([`Parsed`]) instead of failing: Istio YAML of a newer release
 //!   is served, its unknown fields reported as warnings.
 //! - [`crd::crds`]: the CustomResourceDefinitions, served as `v1` (storage), `v1beta1`
-//!   and `v1alpha3` with identical schemas.
+//!   and (networking only) `v1alpha3` with identical schemas.
 //!
 //! Conventions: optional scalars and messages are `Option<T>`; repeated fields are `Vec<T>`
 //! and maps `BTreeMap` (deterministic serialization), both empty when absent or `null`;
@@ -28,6 +29,7 @@ pub mod common;
 pub mod crd;
 pub mod destination_rule;
 pub mod duration;
+pub mod peer_authentication;
 pub mod service_entry;
 pub mod status;
 pub mod strict;
@@ -43,6 +45,7 @@ pub use destination_rule::{
     TypeWorkloadSelector, WarmupConfiguration,
 };
 pub use duration::{Duration, DurationParseError};
+pub use peer_authentication::{MtlsMode, MutualTls, PeerAuthentication, PeerAuthenticationSpec};
 pub use service_entry::{
     Location, Resolution, ServiceEntry, ServiceEntrySpec, ServicePort, WorkloadEntry,
     WorkloadSelector,
@@ -61,12 +64,18 @@ pub use virtual_service::{
     grpc_status_code,
 };
 
-/// The API group of every kind here.
+/// The API group of the networking kinds.
 pub const GROUP: &str = "networking.istio.io";
 
-/// The versions Istio serves for these kinds, storage version first. The schemas are
-/// identical, so an object of any of them parses into the same Rust type.
+/// The API group of the security kinds.
+pub const SECURITY_GROUP: &str = "security.istio.io";
+
+/// The versions Istio serves for the networking kinds, storage version first. The schemas
+/// are identical, so an object of any of them parses into the same Rust type.
 pub const SERVED_VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha3"];
+
+/// The versions Istio serves for the security kinds, storage version first.
+pub const SECURITY_SERVED_VERSIONS: [&str; 2] = ["v1", "v1beta1"];
 
 /// One Istio networking object of any supported kind, as read from user input (boxed: the
 /// kinds differ a lot in size).
@@ -75,6 +84,7 @@ pub enum IstioResource {
     VirtualService(Box<VirtualService>),
     DestinationRule(Box<DestinationRule>),
     ServiceEntry(Box<ServiceEntry>),
+    PeerAuthentication(Box<PeerAuthentication>),
 }
 
 /// The kind of an object, read from its `apiVersion` and `kind` before parsing the rest.
@@ -83,15 +93,51 @@ pub enum IstioKind {
     VirtualService,
     DestinationRule,
     ServiceEntry,
+    PeerAuthentication,
 }
 
 impl IstioKind {
+    /// Every supported kind.
+    pub const ALL: [IstioKind; 4] = [
+        IstioKind::VirtualService,
+        IstioKind::DestinationRule,
+        IstioKind::ServiceEntry,
+        IstioKind::PeerAuthentication,
+    ];
+
     /// The Kubernetes `kind` string.
     pub fn as_str(self) -> &'static str {
         match self {
             IstioKind::VirtualService => "VirtualService",
             IstioKind::DestinationRule => "DestinationRule",
             IstioKind::ServiceEntry => "ServiceEntry",
+            IstioKind::PeerAuthentication => "PeerAuthentication",
+        }
+    }
+
+    /// The kind's API group.
+    pub fn group(self) -> &'static str {
+        match self {
+            IstioKind::PeerAuthentication => SECURITY_GROUP,
+            _ => GROUP,
+        }
+    }
+
+    /// The versions Istio serves for the kind, storage version first.
+    pub fn served_versions(self) -> &'static [&'static str] {
+        match self {
+            IstioKind::PeerAuthentication => &SECURITY_SERVED_VERSIONS,
+            _ => &SERVED_VERSIONS,
+        }
+    }
+
+    /// The resource name (lower-case plural), as in the CRD and API paths.
+    pub fn plural(self) -> &'static str {
+        match self {
+            IstioKind::VirtualService => "virtualservices",
+            IstioKind::DestinationRule => "destinationrules",
+            IstioKind::ServiceEntry => "serviceentries",
+            IstioKind::PeerAuthentication => "peerauthentications",
         }
     }
 
@@ -113,34 +159,38 @@ impl IstioKind {
         let Some((group, version)) = api_version.split_once('/') else {
             return Ok(None);
         };
-        if group != GROUP {
+        if group != GROUP && group != SECURITY_GROUP {
             return Ok(None);
         }
-        if !SERVED_VERSIONS.contains(&version) {
+        let Some(kind_name) = field("kind") else {
+            return Err(fail("kind", "missing or not a string".to_owned()));
+        };
+        let Some(kind) = IstioKind::ALL
+            .into_iter()
+            .find(|k| k.group() == group && k.as_str() == kind_name)
+        else {
+            return Err(fail(
+                "kind",
+                format!("kind {kind_name:?} of {group} is not supported"),
+            ));
+        };
+        if !kind.served_versions().contains(&version) {
             return Err(fail(
                 "apiVersion",
                 format!(
-                    "version {version:?} of {GROUP} is not served (expected one of {})",
-                    SERVED_VERSIONS.join(", ")
+                    "version {version:?} of {group} is not served (expected one of {})",
+                    kind.served_versions().join(", ")
                 ),
             ));
         }
-        match field("kind") {
-            Some("VirtualService") => Ok(Some(IstioKind::VirtualService)),
-            Some("DestinationRule") => Ok(Some(IstioKind::DestinationRule)),
-            Some("ServiceEntry") => Ok(Some(IstioKind::ServiceEntry)),
-            Some(other) => Err(fail(
-                "kind",
-                format!("kind {other:?} of {GROUP} is not supported"),
-            )),
-            None => Err(fail("kind", "missing or not a string".to_owned())),
-        }
+        Ok(Some(kind))
     }
 }
 
 impl IstioResource {
     /// Strictly parses an object whose `apiVersion` is `networking.istio.io/{v1,v1beta1,
-    /// v1alpha3}`; `Ok(None)` when it belongs to another group.
+    /// v1alpha3}` or `security.istio.io/{v1,v1beta1}`; `Ok(None)` when it belongs to
+    /// another group.
     pub fn parse_strict(value: &serde_json::Value) -> Result<Option<Self>, ApiParseError> {
         let Some(kind) = IstioKind::of(value)? else {
             return Ok(None);
@@ -154,6 +204,9 @@ impl IstioResource {
             }
             IstioKind::ServiceEntry => {
                 parse_strict(value).map(|o| IstioResource::ServiceEntry(Box::new(o)))
+            }
+            IstioKind::PeerAuthentication => {
+                parse_strict(value).map(|o| IstioResource::PeerAuthentication(Box::new(o)))
             }
         }
         .map(Some)
@@ -204,6 +257,9 @@ impl IstioResource {
             IstioKind::ServiceEntry => document
                 .parse_reporting_unknown()
                 .map(|p| boxed(p, IstioResource::ServiceEntry)),
+            IstioKind::PeerAuthentication => document
+                .parse_reporting_unknown()
+                .map(|p| boxed(p, IstioResource::PeerAuthentication)),
         }
         .map(Some)
     }
@@ -214,6 +270,7 @@ impl IstioResource {
             IstioResource::VirtualService(_) => IstioKind::VirtualService,
             IstioResource::DestinationRule(_) => IstioKind::DestinationRule,
             IstioResource::ServiceEntry(_) => IstioKind::ServiceEntry,
+            IstioResource::PeerAuthentication(_) => IstioKind::PeerAuthentication,
         }
     }
 
@@ -223,6 +280,7 @@ impl IstioResource {
             IstioResource::VirtualService(o) => &o.metadata,
             IstioResource::DestinationRule(o) => &o.metadata,
             IstioResource::ServiceEntry(o) => &o.metadata,
+            IstioResource::PeerAuthentication(o) => &o.metadata,
         }
     }
 }

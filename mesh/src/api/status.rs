@@ -11,7 +11,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use super::common::null_as_default;
 
-/// Status of a VirtualService, DestinationRule or ServiceEntry.
+/// Status of an Istio configuration object (a VirtualService, DestinationRule, ServiceEntry
+/// or PeerAuthentication).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]

@@ -10,7 +10,9 @@ use crate::model::{
     Endpoint, EndpointHealth, ExportTo, Locality, PortEndpoints, Protocol, Resolution, Service,
     ServiceEndpoints, ServiceOrigin, ServicePort, TargetPort,
 };
-use crate::push_context::{ConfigMeta, DestinationRuleConfig, PushContext, VirtualServiceConfig};
+use crate::push_context::{
+    ConfigMeta, DestinationRuleConfig, PeerAuthenticationConfig, PushContext, VirtualServiceConfig,
+};
 
 pub fn mesh_to_pb(m: &MeshConfig) -> pb::MeshSettings {
     pb::MeshSettings {
@@ -241,6 +243,11 @@ pub fn configs_to_pb(ctx: &PushContext) -> Vec<pb::Config> {
         .iter()
         .map(|vs| config_to_pb_vs(vs))
         .chain(data.destination_rules.iter().map(|dr| config_to_pb_dr(dr)))
+        .chain(
+            data.peer_authentications
+                .iter()
+                .map(|pa| config_to_pb_pa(pa)),
+        )
         .collect();
     configs.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
     configs
@@ -252,6 +259,10 @@ pub fn config_to_pb_vs(vs: &VirtualServiceConfig) -> pb::Config {
 
 pub fn config_to_pb_dr(dr: &DestinationRuleConfig) -> pb::Config {
     config_to_pb(pb::Kind::DestinationRule, &dr.meta, &dr.spec)
+}
+
+pub fn config_to_pb_pa(pa: &PeerAuthenticationConfig) -> pb::Config {
+    config_to_pb(pb::Kind::PeerAuthentication, &pa.meta, &pa.spec)
 }
 
 fn config_to_pb<T: serde::Serialize>(kind: pb::Kind, meta: &ConfigMeta, spec: &T) -> pb::Config {

@@ -402,6 +402,7 @@ pub fn from_pb(s: pb::Snapshot) -> Result<PushContext, DecodeError> {
             .collect(),
         virtual_services: Vec::new(),
         destination_rules: Vec::new(),
+        peer_authentications: Vec::new(),
     };
     for c in s.configs {
         let meta = ConfigMeta {
@@ -422,6 +423,13 @@ pub fn from_pb(s: pb::Snapshot) -> Result<PushContext, DecodeError> {
                     DecodeError::Corrupt(format!("DestinationRule {}: {e}", what()))
                 })?;
                 data.destination_rules.push(Arc::new(Config { meta, spec }));
+            }
+            Ok(pb::Kind::PeerAuthentication) => {
+                let spec = serde_json::from_slice(&c.spec_json).map_err(|e| {
+                    DecodeError::Corrupt(format!("PeerAuthentication {}: {e}", what()))
+                })?;
+                data.peer_authentications
+                    .push(Arc::new(Config { meta, spec }));
             }
             // A config kind added by a newer writer: this replica cannot serve it, but the
             // rest of the snapshot is still good.

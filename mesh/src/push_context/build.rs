@@ -12,13 +12,16 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use super::notices::{destination_rule_notices, service_entry_notices, virtual_service_notices};
 use super::references::{KnownHosts, SubsetIndex, virtual_service_references};
 use super::validate::{
-    validate_destination_rule, validate_service_entry, validate_virtual_service,
+    validate_destination_rule, validate_peer_authentication, validate_service_entry,
+    validate_virtual_service,
 };
 use super::{
-    Config, ConfigMeta, DestinationRuleConfig, MeshData, PushContext, VirtualServiceConfig,
-    config_age_order, delegate, effective_export_to,
+    Config, ConfigMeta, DestinationRuleConfig, MeshData, PeerAuthenticationConfig, PushContext,
+    VirtualServiceConfig, config_age_order, delegate, effective_export_to,
 };
-use crate::api::{DestinationRule, ServiceEntry, VirtualService, VirtualServiceSpec};
+use crate::api::{
+    DestinationRule, PeerAuthentication, ServiceEntry, VirtualService, VirtualServiceSpec,
+};
 use crate::config::{ConfigError, ConfigKey, ConfigKind};
 use crate::mesh_config::MeshConfig;
 use crate::model::kube::{
@@ -39,6 +42,7 @@ pub struct BuildInputs {
     pub virtual_services: Vec<Arc<VirtualService>>,
     pub destination_rules: Vec<Arc<DestinationRule>>,
     pub service_entries: Vec<Arc<ServiceEntry>>,
+    pub peer_authentications: Vec<Arc<PeerAuthentication>>,
     /// Findings made while reading the inputs (fields of Istio objects that Pilotfish does
     /// not know), reported with the build's own.
     pub input_warnings: Vec<ConfigError>,
@@ -273,6 +277,28 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
     }
     report_virtual_service_conflicts(&virtual_services, &mut findings);
 
+    // PeerAuthentications: each judged alone; precedence among them is a query
+    // (`PushContext::mtls_for_workload`), so several of one level are all kept.
+    let mut peer_authentications: Vec<Arc<PeerAuthenticationConfig>> = Vec::new();
+    for pa in &inputs.peer_authentications {
+        let meta = meta_of(&pa.metadata);
+        let validated = validate_peer_authentication(pa);
+        findings.extend(validated.findings);
+        match validated.spec {
+            Some(spec) => peer_authentications.push(Arc::new(Config { meta, spec })),
+            None => {
+                if let Some(prev) = previous.and_then(|p| find(p.peer_authentications(), &meta)) {
+                    kept_previous.push(ConfigKey::new(
+                        ConfigKind::PeerAuthentication,
+                        &meta.namespace,
+                        &meta.name,
+                    ));
+                    peer_authentications.push(prev.clone());
+                }
+            }
+        }
+    }
+
     findings.sort();
     findings.dedup();
     kept_previous.sort();
@@ -282,6 +308,7 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         endpoints,
         virtual_services,
         destination_rules,
+        peer_authentications,
     );
     BuildOutput {
         context: PushContext::from_data(data),
@@ -371,12 +398,15 @@ fn assemble(
     mut endpoints: Vec<ServiceEndpoints>,
     mut virtual_services: Vec<Arc<VirtualServiceConfig>>,
     mut destination_rules: Vec<Arc<DestinationRuleConfig>>,
+    mut peer_authentications: Vec<Arc<PeerAuthenticationConfig>>,
 ) -> MeshData {
     services.sort_by(|a, b| (&a.hostname, &a.namespace).cmp(&(&b.hostname, &b.namespace)));
     endpoints.sort_by(|a, b| (&a.hostname, &a.namespace).cmp(&(&b.hostname, &b.namespace)));
     virtual_services
         .sort_by(|a, b| (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name)));
     destination_rules
+        .sort_by(|a, b| (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name)));
+    peer_authentications
         .sort_by(|a, b| (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name)));
     MeshData {
         mesh: inputs.mesh.clone(),
@@ -385,6 +415,7 @@ fn assemble(
         endpoints: endpoints.into_iter().map(Arc::new).collect(),
         virtual_services,
         destination_rules,
+        peer_authentications,
     }
 }
 

@@ -6,13 +6,15 @@
 //! several namespaces, which VirtualService routes a host, and which DestinationRule
 //! applies to a proxy (proxy namespace, then the service's namespace, then the root
 //! namespace; workload-selector rules before general ones; most specific host first;
-//! same-host rules merged oldest first).
+//! same-host rules merged oldest first), and which mutual TLS mode a workload's inbound
+//! ports take from PeerAuthentications (mesh, namespace, workload; `peer_authn`).
 
 mod build;
 mod delegate;
 mod diff;
 pub mod hosts;
 pub mod notices;
+pub mod peer_authn;
 mod references;
 mod service_entry;
 mod validate;
@@ -23,14 +25,18 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use xxhash_rust::xxh3::Xxh3Default;
 
-use crate::api::{DestinationRuleSpec, VirtualServiceSpec};
+use crate::api::{DestinationRuleSpec, PeerAuthenticationSpec, VirtualServiceSpec};
 use crate::config::{ConfigKey, ConfigKind};
 use crate::mesh_config::MeshConfig;
 use crate::model::{ExportTo, Proxy, Service, ServiceEndpoints, labels_match};
 
 pub use build::{BuildInputs, BuildOutput, build, build_endpoints_only};
 pub use diff::{ChangeSummary, diff};
-pub use validate::{validate_destination_rule, validate_service_entry, validate_virtual_service};
+pub use peer_authn::EffectiveMtls;
+pub use validate::{
+    validate_destination_rule, validate_peer_authentication, validate_service_entry,
+    validate_virtual_service,
+};
 
 /// Metadata kept for an accepted config object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +57,7 @@ pub struct Config<T> {
 
 pub type VirtualServiceConfig = Config<VirtualServiceSpec>;
 pub type DestinationRuleConfig = Config<DestinationRuleSpec>;
+pub type PeerAuthenticationConfig = Config<PeerAuthenticationSpec>;
 
 /// Everything a snapshot holds; [`PushContext`] adds indexes over it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -65,6 +72,8 @@ pub struct MeshData {
     pub virtual_services: Vec<Arc<VirtualServiceConfig>>,
     /// Sorted by (namespace, name).
     pub destination_rules: Vec<Arc<DestinationRuleConfig>>,
+    /// Sorted by (namespace, name).
+    pub peer_authentications: Vec<Arc<PeerAuthenticationConfig>>,
 }
 
 /// A 64-bit content hash of one item.
@@ -104,6 +113,8 @@ pub struct PushContext {
     vs_wildcards: Vec<(String, usize)>,
     dr_by_host: HashMap<String, Vec<usize>>,
     dr_wildcards: Vec<(String, usize)>,
+    /// namespace → indexes into `data.peer_authentications`.
+    pa_by_namespace: HashMap<String, Vec<usize>>,
 }
 
 fn item_hash<T: Hash + ?Sized>(item: &T) -> ItemHash {
@@ -196,6 +207,21 @@ impl PushContext {
                 dr_by_host.entry(dr.spec.host.clone()).or_default().push(i);
             }
         }
+        let mut pa_by_namespace: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, pa) in data.peer_authentications.iter().enumerate() {
+            hashes.configs.insert(
+                ConfigKey::new(
+                    ConfigKind::PeerAuthentication,
+                    &pa.meta.namespace,
+                    &pa.meta.name,
+                ),
+                spec_hash(&pa.meta, &pa.spec),
+            );
+            pa_by_namespace
+                .entry(pa.meta.namespace.clone())
+                .or_default()
+                .push(i);
+        }
         PushContext {
             data,
             hashes,
@@ -205,6 +231,7 @@ impl PushContext {
             vs_wildcards,
             dr_by_host,
             dr_wildcards,
+            pa_by_namespace,
         }
     }
 
@@ -279,6 +306,32 @@ impl PushContext {
     /// Every accepted DestinationRule, sorted by (namespace, name).
     pub fn destination_rules(&self) -> &[Arc<DestinationRuleConfig>] {
         &self.data.destination_rules
+    }
+
+    /// Every accepted PeerAuthentication, sorted by (namespace, name).
+    pub fn peer_authentications(&self) -> &[Arc<PeerAuthenticationConfig>] {
+        &self.data.peer_authentications
+    }
+
+    /// The mutual TLS mode (and per-port overrides) of a workload in `namespace` with
+    /// `labels`, composed from the mesh, namespace and workload PeerAuthentications with
+    /// Istio's precedence; PERMISSIVE when none applies.
+    pub fn mtls_for_workload(
+        &self,
+        namespace: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> EffectiveMtls {
+        let root = self.data.mesh.root_namespace.as_str();
+        let mut lookup = vec![namespace];
+        if root != namespace {
+            lookup.push(root);
+        }
+        let candidates = lookup
+            .into_iter()
+            .filter_map(|ns| self.pa_by_namespace.get(ns))
+            .flatten()
+            .map(|&i| &self.data.peer_authentications[i]);
+        peer_authn::compose(root, namespace, labels, candidates)
     }
 
     /// Whether a VirtualService applies to sidecars and proxyless clients in `namespace`:

@@ -7,9 +7,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use pilotfish_mesh::api::{
-    Duration, IstioKind, IstioResource, SERVED_VERSIONS, crd, parse_strict, yaml_documents,
-};
+use pilotfish_mesh::api::{Duration, IstioKind, IstioResource, crd, parse_strict, yaml_documents};
 use serde_json::{Value, json};
 
 fn data_dir(name: &str) -> PathBuf {
@@ -57,7 +55,10 @@ fn every_valid_document_parses_strictly() {
     let kinds: BTreeSet<&str> = corpus.iter().map(|(.., r)| r.kind().as_str()).collect();
     assert_eq!(
         kinds,
-        BTreeSet::from(["DestinationRule", "ServiceEntry", "VirtualService"])
+        IstioKind::ALL
+            .iter()
+            .map(|k| k.as_str())
+            .collect::<BTreeSet<_>>()
     );
     assert!(corpus.len() >= 40, "corpus shrank to {}", corpus.len());
 
@@ -102,9 +103,10 @@ fn every_valid_document_parses_strictly() {
 #[test]
 fn valid_documents_parse_identically_under_every_served_version() {
     for (name, index, value, parsed) in valid_corpus() {
-        for version in SERVED_VERSIONS {
+        let kind = parsed.kind();
+        for version in kind.served_versions() {
             let mut alternate = value.clone();
-            alternate["apiVersion"] = json!(format!("networking.istio.io/{version}"));
+            alternate["apiVersion"] = json!(format!("{}/{version}", kind.group()));
             let reparsed = IstioResource::parse_strict(&alternate)
                 .unwrap_or_else(|e| panic!("{name}[{index}] as {version}: {e}"))
                 .expect("an Istio kind");
@@ -120,11 +122,12 @@ fn valid_documents_round_trip() {
             IstioResource::VirtualService(o) => serde_json::to_value(o),
             IstioResource::DestinationRule(o) => serde_json::to_value(o),
             IstioResource::ServiceEntry(o) => serde_json::to_value(o),
+            IstioResource::PeerAuthentication(o) => serde_json::to_value(o),
         }
         .unwrap();
         let mut original = normalize(&value);
         // The types write the storage version, whatever version was read.
-        original["apiVersion"] = json!("networking.istio.io/v1");
+        original["apiVersion"] = json!(format!("{}/v1", parsed.kind().group()));
         let mismatches = differences(&original, &normalize(&written), "");
         assert!(
             mismatches.is_empty(),
@@ -482,11 +485,7 @@ fn fold_shared_messages(path: &str) -> String {
 #[test]
 fn the_corpus_uses_every_field_of_every_schema() {
     let corpus = valid_corpus();
-    for kind in [
-        IstioKind::VirtualService,
-        IstioKind::DestinationRule,
-        IstioKind::ServiceEntry,
-    ] {
+    for kind in IstioKind::ALL {
         let schema = crd_schema(kind);
         let mut declared = BTreeSet::new();
         schema_paths(&schema, "", &mut declared);

@@ -1,15 +1,19 @@
 //! Istio's validation rules as a table (`tests/data/istio-rules.yaml`): every rule Istio
-//! 1.30.3 applies to VirtualServices, DestinationRules and ServiceEntries — the webhook's
+//! 1.30.3 applies to VirtualServices, DestinationRules, ServiceEntries and
+//! PeerAuthentications — the webhook's
 //! and the CRD schema's — is a case citing that rule, with Istio's verdict as the expected
 //! value. Each case runs through Pilotfish's validator for its kind, alone (as Istio judges
 //! it), and must get the same verdict, naming the cited field.
 
 use std::path::Path;
 
-use pilotfish_mesh::api::{DestinationRule, IstioResource, ServiceEntry, VirtualService};
+use pilotfish_mesh::api::{
+    DestinationRule, IstioResource, PeerAuthentication, ServiceEntry, VirtualService,
+};
 use pilotfish_mesh::config::{ConfigError, Severity};
 use pilotfish_mesh::push_context::{
-    validate_destination_rule, validate_service_entry, validate_virtual_service,
+    validate_destination_rule, validate_peer_authentication, validate_service_entry,
+    validate_virtual_service,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -52,8 +56,13 @@ fn object(case: &Case) -> Value {
             metadata[k] = v.clone();
         }
     }
+    let group = if case.kind == "PeerAuthentication" {
+        "security.istio.io"
+    } else {
+        "networking.istio.io"
+    };
     json!({
-        "apiVersion": "networking.istio.io/v1",
+        "apiVersion": format!("{group}/v1"),
         "kind": case.kind,
         "metadata": metadata,
         "spec": case.spec,
@@ -74,6 +83,9 @@ fn findings(case: &Case) -> Vec<ConfigError> {
         }
         IstioResource::ServiceEntry(se) => {
             validate_service_entry(&ServiceEntry::clone(&se), domain).findings
+        }
+        IstioResource::PeerAuthentication(pa) => {
+            validate_peer_authentication(&PeerAuthentication::clone(&pa)).findings
         }
     }
 }

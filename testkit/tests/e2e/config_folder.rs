@@ -120,12 +120,26 @@ fn a_mixed_folder_is_served_and_a_quiet_folder_costs_nothing() {
         Some(36),
         "{snapshot}"
     );
+    // PeerAuthentication is read (the policies file's mesh-wide STRICT), not ignored.
+    assert_eq!(
+        snapshot["peer_authentications"],
+        serde_json::json!(["istio-system/default"]),
+        "{snapshot}"
+    );
+    assert_eq!(
+        server
+            .metric(
+                "pilotfish_source_ignored_objects",
+                "kind=\"security.istio.io/v1/PeerAuthentication\""
+            )
+            .unwrap_or(0.0),
+        0.0
+    );
     // Each unsupported kind is counted; nothing failed to parse.
     for (kind, n) in [
         ("networking.istio.io/v1/Gateway", 2.0),
         ("networking.istio.io/v1/Sidecar", 1.0),
         ("security.istio.io/v1/AuthorizationPolicy", 1.0),
-        ("security.istio.io/v1/PeerAuthentication", 1.0),
     ] {
         let found = server
             .metric(

@@ -58,12 +58,17 @@ async fn the_istio_crds_and_corpus_apply_with_kubectl() {
     cluster
         .kubectl_ok(&["apply", "--server-side", "-f", crds.to_str().unwrap()])
         .await;
-    for crd in ["virtualservices", "destinationrules", "serviceentries"] {
+    for crd in [
+        "virtualservices.networking.istio.io",
+        "destinationrules.networking.istio.io",
+        "serviceentries.networking.istio.io",
+        "peerauthentications.security.istio.io",
+    ] {
         cluster
             .kubectl_ok(&[
                 "wait",
                 "--for=condition=Established",
-                &format!("crd/{crd}.networking.istio.io"),
+                &format!("crd/{crd}"),
                 "--timeout=60s",
             ])
             .await;
@@ -94,16 +99,21 @@ async fn the_istio_crds_and_corpus_apply_with_kubectl() {
             ));
         }
     }
-    let listed: usize = ["virtualservices", "destinationrules", "serviceentries"]
-        .into_iter()
-        .map(|kind| async {
-            let list = cluster.kubectl_json(&["get", kind, "-A"]).await;
-            list["items"].as_array().unwrap().len()
-        })
-        .collect::<futures::future::JoinAll<_>>()
-        .await
-        .into_iter()
-        .sum();
+    let listed: usize = [
+        "virtualservices",
+        "destinationrules",
+        "serviceentries",
+        "peerauthentications",
+    ]
+    .into_iter()
+    .map(|kind| async {
+        let list = cluster.kubectl_json(&["get", kind, "-A"]).await;
+        list["items"].as_array().unwrap().len()
+    })
+    .collect::<futures::future::JoinAll<_>>()
+    .await
+    .into_iter()
+    .sum();
     assert_eq!(listed, applied.len(), "every corpus object is stored");
     // An object reads back as written, under every served version.
     for version in ["v1", "v1beta1", "v1alpha3"] {

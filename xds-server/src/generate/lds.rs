@@ -4,7 +4,8 @@
 //! traffic to `PassthroughCluster` or `BlackHoleCluster` per `outboundTrafficPolicy`),
 //! outbound listeners that are not bound (traffic arrives through `virtualOutbound`, which
 //! hands a connection to the listener of its exact address, else to `0.0.0.0_<port>`), and
-//! `virtualInbound` (0.0.0.0:15006) with one filter chain per port of the workload itself.
+//! `virtualInbound` (0.0.0.0:15006) with the filter chains of each port of the workload
+//! itself and of the passthrough, per the workload's PeerAuthentication mode.
 //!
 //! Outbound, as [`outbound_ports`] decides per port:
 //! - each Kubernetes service with a virtual IP gets `<ip>_<port>`: an HTTP connection
@@ -38,16 +39,19 @@ use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::Tl
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, HttpFilter, Rds,
     http_connection_manager::{
-        CodecType, PathWithEscapedSlashesAction, RouteSpecifier, UpgradeConfig,
+        CodecType, ForwardClientCertDetails, PathWithEscapedSlashesAction, RouteSpecifier,
+        SetCurrentClientCertDetails, UpgradeConfig,
     },
 };
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::tcp_proxy;
+use pilotfish_mesh::api::MtlsMode;
 use pilotfish_mesh::mesh_config::OutboundTrafficPolicy;
 use pilotfish_mesh::model::{Protocol, Proxy};
-use pilotfish_mesh::push_context::PushContext;
+use pilotfish_mesh::push_context::{EffectiveMtls, PushContext};
 
 use super::eds::socket_address;
 use super::findings::Finding;
+use super::inbound_mtls::{self, ChainProtocol};
 use super::l4::{cidr, cidr_key, l4_chains, tcp_proxy_filter};
 use super::names;
 use super::plan::{ClusterPlan, OutboundPlan, OutboundPort, outbound_ports};
@@ -366,10 +370,20 @@ fn sidecar_hcm(
     }
 }
 
-/// A sidecar's `virtualInbound`: one chain per workload port (HTTP ports through an HTTP
-/// connection manager with an inline route to `inbound|<port>||`), 15006 itself
-/// blackholed (no loops), and anything else passed through.
-pub fn sidecar_inbound_listener(inbound: &[InboundPort]) -> Listener {
+/// A sidecar's `virtualInbound`, as Istio builds it: 15006 itself blackholed (no loops);
+/// traffic to other ports the workload does not serve passed through to
+/// `InboundPassthroughCluster`; and each workload port (HTTP ports through an HTTP
+/// connection manager with an inline route to `inbound|<port>||`, others through
+/// tcp_proxy). The passthrough and every port get the filter chains of their mutual TLS
+/// mode (`mtls`, from PeerAuthentication; [`inbound_mtls`]), the ports of the workload
+/// policy's `portLevelMtls` that no Service names get a passthrough of their own, and the
+/// TLS inspector runs where a chain matches on TLS. There is no default chain: under
+/// STRICT a plaintext connection matches nothing and is closed.
+pub fn sidecar_inbound_listener(
+    inbound: &[InboundPort],
+    mtls: &EffectiveMtls,
+    trust_domain: &str,
+) -> Listener {
     let mut chains = vec![FilterChain {
         name: "virtualInbound-blackhole".to_string(),
         filter_chain_match: Some(FilterChainMatch {
@@ -383,70 +397,138 @@ pub fn sidecar_inbound_listener(inbound: &[InboundPort]) -> Listener {
         )],
         ..Default::default()
     }];
+    let passthrough = || {
+        tcp_proxy_filter(
+            names::INBOUND_PASSTHROUGH_CLUSTER,
+            tcp_proxy::ClusterSpecifier::Cluster(names::INBOUND_PASSTHROUGH_CLUSTER.to_string()),
+            Vec::new(),
+        )
+    };
+    // The passthrough: no port (the workload's mode), then the port-level ports no
+    // Service declares (Istio's ForPassthrough).
+    let served: HashSet<u32> = inbound.iter().map(|p| p.port).collect();
+    let passthrough_ports = std::iter::once((None, mtls.mode)).chain(
+        mtls.per_port
+            .iter()
+            .filter(|(port, _)| !served.contains(port) && **port != names::VIRTUAL_INBOUND_PORT)
+            .map(|(port, mode)| (Some(*port), *mode)),
+    );
+    for (port, mode) in passthrough_ports {
+        chains.extend(mtls_chains(
+            names::VIRTUAL_INBOUND,
+            port,
+            mode,
+            ChainProtocol::Tcp,
+            trust_domain,
+            || vec![passthrough()],
+        ));
+    }
     for p in inbound
         .iter()
         .filter(|p| p.port != names::VIRTUAL_INBOUND_PORT)
     {
         let cluster = names::inbound_cluster(p.port);
-        let filter = if p.protocol.is_http() {
-            let env_route = default_inbound_route(&cluster, p.port);
-            hcm_filter(
-                format!("inbound_0.0.0.0_{}", p.port),
-                RouteSpecifier::RouteConfig(RouteConfiguration {
-                    name: cluster.clone(),
-                    virtual_hosts: vec![VirtualHost {
-                        name: format!("inbound|http|{}", p.port),
-                        domains: vec!["*".to_string()],
-                        routes: vec![env_route],
-                        ..Default::default()
-                    }],
-                    validate_clusters: bool_value(false),
-                    ..Default::default()
-                }),
-                vec![http_filter(ROUTER_FILTER, any(&Router::default()))],
-            )
+        let protocol = if p.protocol.is_http() {
+            ChainProtocol::Http
         } else {
-            tcp_proxy_filter(
+            ChainProtocol::Tcp
+        };
+        let filter = || match protocol {
+            ChainProtocol::Http => {
+                let env_route = default_inbound_route(&cluster, p.port);
+                let mut hcm = sidecar_hcm(
+                    format!("inbound_0.0.0.0_{}", p.port),
+                    RouteSpecifier::RouteConfig(RouteConfiguration {
+                        name: cluster.clone(),
+                        virtual_hosts: vec![VirtualHost {
+                            name: format!("inbound|http|{}", p.port),
+                            domains: vec!["*".to_string()],
+                            routes: vec![env_route],
+                            ..Default::default()
+                        }],
+                        validate_clusters: bool_value(false),
+                        ..Default::default()
+                    }),
+                    vec![http_filter(ROUTER_FILTER, any(&Router::default()))],
+                );
+                // Istio's sidecar default: the workload learns its mTLS peer from the
+                // x-forwarded-client-cert header (subject, URI SAN = SPIFFE id, DNS SANs).
+                hcm.forward_client_cert_details = ForwardClientCertDetails::AppendForward as i32;
+                hcm.set_current_client_cert_details = Some(SetCurrentClientCertDetails {
+                    subject: bool_value(true),
+                    uri: true,
+                    dns: true,
+                    ..Default::default()
+                });
+                Filter {
+                    name: HCM_FILTER.to_string(),
+                    config_type: Some(filter::ConfigType::TypedConfig(any(&hcm))),
+                }
+            }
+            ChainProtocol::Tcp => tcp_proxy_filter(
                 &cluster,
                 tcp_proxy::ClusterSpecifier::Cluster(cluster.clone()),
                 Vec::new(),
-            )
+            ),
         };
-        chains.push(FilterChain {
-            name: cluster,
-            filter_chain_match: Some(FilterChainMatch {
-                destination_port: u32_value(p.port),
-                ..Default::default()
-            }),
-            filters: vec![filter],
-            ..Default::default()
-        });
+        chains.extend(mtls_chains(
+            &format!("0.0.0.0_{}", p.port),
+            Some(p.port),
+            mtls.for_port(p.port),
+            protocol,
+            trust_domain,
+            || vec![filter()],
+        ));
     }
+    let mut listener_filters = vec![ListenerFilter {
+        name: "envoy.filters.listener.original_dst".to_string(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(any(
+            &OriginalDst::default(),
+        ))),
+        ..Default::default()
+    }];
+    listener_filters.extend(inbound_mtls::tls_inspector(&chains));
     Listener {
         name: names::VIRTUAL_INBOUND.to_string(),
         address: Some(socket_address("0.0.0.0", names::VIRTUAL_INBOUND_PORT)),
         traffic_direction: TrafficDirection::Inbound as i32,
-        listener_filters: vec![ListenerFilter {
-            name: "envoy.filters.listener.original_dst".to_string(),
-            config_type: Some(listener_filter::ConfigType::TypedConfig(any(
-                &OriginalDst::default(),
-            ))),
-            ..Default::default()
-        }],
+        listener_filters,
+        // Istio: no listener-filter timeout (meshConfig.protocolDetectionTimeout 0s), and a
+        // connection whose detection times out still gets a chain.
+        listener_filters_timeout: zero_duration(),
+        continue_on_listener_filters_timeout: true,
         filter_chains: chains,
-        default_filter_chain: Some(FilterChain {
-            name: "virtualInbound-passthrough".to_string(),
-            filters: vec![tcp_proxy_filter(
-                names::INBOUND_PASSTHROUGH_CLUSTER,
-                tcp_proxy::ClusterSpecifier::Cluster(
-                    names::INBOUND_PASSTHROUGH_CLUSTER.to_string(),
-                ),
-                Vec::new(),
-            )],
-            ..Default::default()
-        }),
         ..Default::default()
     }
+}
+
+/// The filter chains of one port (`None`: the passthrough, any port) in `mode`, named
+/// `name`; `filters` builds each chain's filters.
+fn mtls_chains(
+    name: &str,
+    port: Option<u32>,
+    mode: MtlsMode,
+    protocol: ChainProtocol,
+    trust_domain: &str,
+    filters: impl Fn() -> Vec<Filter>,
+) -> Vec<FilterChain> {
+    inbound_mtls::chain_options(mode, protocol)
+        .iter()
+        .map(|option| FilterChain {
+            name: name.to_string(),
+            filter_chain_match: Some(FilterChainMatch {
+                destination_port: port.and_then(u32_value),
+                transport_protocol: option.transport.to_string(),
+                application_protocols: option.alpn.iter().map(|a| a.to_string()).collect(),
+                ..Default::default()
+            }),
+            filters: filters(),
+            transport_socket: option
+                .terminate_tls
+                .then(|| inbound_mtls::downstream_tls(protocol, trust_domain)),
+            ..Default::default()
+        })
+        .collect()
 }
 
 fn default_inbound_route(

@@ -12,8 +12,8 @@
 //!
 //! Layout: [`scope`] (what a proxy's output depends on), [`plan`] (the outbound clusters
 //! every type is derived from), [`policy`] (DestinationRule merge), [`cds`], [`eds`],
-//! [`lds`], [`rds`] with [`route`] (VirtualService translation, then the proxyless pass)
-//! and [`tls`], [`names`] (Istio's resource names and domains), [`util`], [`json`];
+//! [`lds`] with [`inbound_mtls`] (PeerAuthentication's inbound chains), [`rds`] with
+//! [`route`] (VirtualService translation, then the proxyless pass) and [`tls`], [`names`] (Istio's resource names and domains), [`util`], [`json`];
 //! [`sanitize`] replaces a broken reference in a generated part, [`audit`] (above the
 //! snapshot) checks whole snapshots. The generators do no telemetry: they return
 //! [`findings`], which the snapshot logs and counts once per generated part.
@@ -25,6 +25,7 @@ pub mod descriptors;
 pub mod eds;
 pub mod findings;
 pub mod identities;
+pub mod inbound_mtls;
 pub mod json;
 pub mod l4;
 pub mod lds;

@@ -4,8 +4,9 @@
 //!
 //! A scope holds the client flavour and namespace (visibility), and the proxy's labels only
 //! through what they select: the workload-selector DestinationRules and the distinct
-//! `sourceLabels` selectors that match them, the proxy's own inbound ports and, where
-//! locality-aware load balancing is configured, its locality. [`ScopeIndex`] precomputes
+//! `sourceLabels` selectors that match them, the proxy's own inbound ports and their
+//! mutual TLS mode (PeerAuthentication) and, where locality-aware load balancing is
+//! configured, its locality. [`ScopeIndex`] precomputes
 //! those selectors once per snapshot so a scope costs a few label comparisons.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -15,7 +16,9 @@ use pilotfish_mesh::api::{Labels, LoadBalancerSettings, TrafficPolicy};
 use pilotfish_mesh::model::{
     Locality, Protocol, Proxy, ProxyGenerator, Service, TargetPort, labels_match,
 };
-use pilotfish_mesh::push_context::PushContext;
+use pilotfish_mesh::push_context::{
+    EffectiveMtls, PeerAuthenticationConfig, PushContext, peer_authn,
+};
 
 /// The two families of output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -65,6 +68,9 @@ pub struct Scope {
     /// The proxy's values of the labels named by `failoverPriority` settings.
     pub failover_labels: Vec<(String, Option<String>)>,
     pub inbound: Vec<InboundPort>,
+    /// The mutual TLS mode of a sidecar's workload (PeerAuthentication), `None` for
+    /// proxyless clients.
+    pub inbound_mtls: Option<EffectiveMtls>,
 }
 
 /// The cached parts of a proxy's output.
@@ -90,8 +96,12 @@ impl Scope {
             ..Scope::default()
         };
         match part {
-            Part::InboundClusters | Part::InboundListener => {
+            Part::InboundClusters => {
                 s.inbound = self.inbound.clone();
+            }
+            Part::InboundListener => {
+                s.inbound = self.inbound.clone();
+                s.inbound_mtls = self.inbound_mtls.clone();
             }
             Part::OutboundClusters => {
                 s.namespace = self.namespace.clone();
@@ -132,6 +142,8 @@ pub struct ScopeIndex {
     /// target ports.
     target_ports: HashMap<(String, String, u32, String), u32>,
     root_namespace: String,
+    /// PeerAuthentications by namespace.
+    peer_authentications: HashMap<String, Vec<Arc<PeerAuthenticationConfig>>>,
 }
 
 impl ScopeIndex {
@@ -190,6 +202,13 @@ impl ScopeIndex {
                     );
                 }
             }
+        }
+        for pa in push.peer_authentications() {
+            index
+                .peer_authentications
+                .entry(pa.meta.namespace.clone())
+                .or_default()
+                .push(pa.clone());
         }
         for s in push.services() {
             if !s.selector.is_empty() {
@@ -267,9 +286,9 @@ impl ScopeIndex {
             .iter()
             .map(|k| (k.clone(), proxy.labels.get(k).cloned()))
             .collect();
-        let inbound = match flavor {
-            Flavor::Sidecar => self.inbound_ports(proxy),
-            Flavor::Proxyless => Vec::new(),
+        let (inbound, inbound_mtls) = match flavor {
+            Flavor::Sidecar => (self.inbound_ports(proxy), Some(self.mtls(proxy))),
+            Flavor::Proxyless => (Vec::new(), None),
         };
         Scope {
             flavor: Some(flavor),
@@ -279,7 +298,23 @@ impl ScopeIndex {
             locality,
             failover_labels,
             inbound,
+            inbound_mtls,
         }
+    }
+
+    /// The workload's mode from the PeerAuthentications of its namespace and the root's.
+    fn mtls(&self, proxy: &Proxy) -> EffectiveMtls {
+        let own = self.peer_authentications.get(&proxy.namespace);
+        let root = (self.root_namespace != proxy.namespace)
+            .then(|| self.peer_authentications.get(&self.root_namespace))
+            .flatten();
+        let candidates = own.into_iter().chain(root).flatten();
+        peer_authn::compose(
+            &self.root_namespace,
+            &proxy.namespace,
+            &proxy.labels,
+            candidates,
+        )
     }
 
     /// The ports of the proxy's own workload: target ports of the services in its

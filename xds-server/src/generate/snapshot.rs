@@ -231,9 +231,10 @@ impl GeneratedSnapshot {
                 encode(listeners, |l| &l.name)
             }
             Part::InboundListener => {
-                encode(vec![lds::sidecar_inbound_listener(&scope.inbound)], |l| {
-                    &l.name
-                })
+                let mtls = scope.inbound_mtls.clone().unwrap_or_default();
+                let listener =
+                    lds::sidecar_inbound_listener(&scope.inbound, &mtls, &push.mesh().trust_domain);
+                encode(vec![listener], |l| &l.name)
             }
             Part::Routes => {
                 let plan = self.plan(proxy, scope);

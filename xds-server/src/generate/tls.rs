@@ -33,6 +33,9 @@ use super::util::any;
 pub const TLS_TRANSPORT_SOCKET: &str = "envoy.transport_sockets.tls";
 /// The sidecar bootstrap's cluster for its local SDS server.
 pub const SDS_CLUSTER: &str = "sds-grpc";
+/// The SDS secrets of the workload's own certificate and of the mesh root.
+pub const SDS_WORKLOAD_SECRET: &str = "default";
+pub const SDS_ROOT_SECRET: &str = "ROOTCA";
 
 /// The transport socket for a cluster, `None` for plaintext; what a proxyless client
 /// cannot use is noted in `findings`.
@@ -245,7 +248,7 @@ fn combined_validation(
 }
 
 /// A secret from the sidecar's local SDS server, configured as Istio's bootstrap expects.
-fn sds_secret(name: &str) -> SdsSecretConfig {
+pub(super) fn sds_secret(name: &str) -> SdsSecretConfig {
     SdsSecretConfig {
         name: name.to_string(),
         sds_config: Some(ConfigSource {

@@ -536,3 +536,81 @@ endpoints: [{{addresses: [{ip}], targetRef: {{kind: Pod, namespace: shop, name: 
         "a new service account changes the SANs CDS verifies"
     );
 }
+
+/// A PeerAuthentication changes a sidecar's `virtualInbound` and nothing else: STRICT for
+/// the selected workload leaves no chain a plaintext connection can match, its neighbour
+/// stays PERMISSIVE, and proxyless clients and outbound listeners are byte-identical.
+#[test]
+fn peer_authentication_shapes_only_the_selected_workloads_inbound_listener() {
+    use envoy_types::pb::envoy::config::listener::v3::Listener;
+    const STRICT_CART: &str = "
+---
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: cart-strict, namespace: shop}
+spec:
+  selector: {matchLabels: {app: cart}}
+  mtls: {mode: STRICT}
+";
+    let plain = GeneratedSnapshot::new(Arc::new(push(SHOP)), 1, ChangeKind::Full);
+    let strict = GeneratedSnapshot::new(
+        Arc::new(push(&format!("{SHOP}{STRICT_CART}"))),
+        2,
+        ChangeKind::Full,
+    );
+    let listeners = |s: &GeneratedSnapshot, p: &Proxy| -> Vec<Listener> {
+        s.resources(p, LISTENER_TYPE, None)
+            .iter()
+            .map(|r| Listener::decode(r.body.value.as_slice()).expect("a listener"))
+            .collect()
+    };
+    let inbound = |s: &GeneratedSnapshot, p: &Proxy| -> Listener {
+        listeners(s, p)
+            .into_iter()
+            .find(|l| l.name == "virtualInbound")
+            .expect("virtualInbound")
+    };
+    // (transport protocol, terminates TLS) of every chain but the 15006 blackhole.
+    let shape = |l: &Listener| -> Vec<(String, bool)> {
+        l.filter_chains
+            .iter()
+            .filter(|c| c.name != "virtualInbound-blackhole")
+            .map(|c| {
+                (
+                    c.filter_chain_match
+                        .as_ref()
+                        .map(|m| m.transport_protocol.clone())
+                        .unwrap_or_default(),
+                    c.transport_socket.is_some(),
+                )
+            })
+            .collect()
+    };
+    let cart = sidecar("shop", &[("app", "cart")]);
+    let pay = sidecar("shop", &[("app", "pay")]);
+
+    let cart_strict = inbound(&strict, &cart);
+    assert!(cart_strict.default_filter_chain.is_none());
+    let chains = shape(&cart_strict);
+    assert!(!chains.is_empty());
+    assert!(
+        chains.iter().all(|(t, tls)| t == "tls" && *tls),
+        "STRICT: every chain terminates mTLS: {chains:?}"
+    );
+    // Without a policy (and for the workload the selector misses): PERMISSIVE.
+    for l in [inbound(&plain, &cart), inbound(&strict, &pay)] {
+        let chains = shape(&l);
+        assert!(chains.contains(&("raw_buffer".into(), false)), "{chains:?}");
+        assert!(chains.contains(&("tls".into(), true)), "{chains:?}");
+    }
+    assert_eq!(inbound(&plain, &pay), inbound(&strict, &pay));
+    let outbound = |s: &GeneratedSnapshot| -> Vec<Listener> {
+        listeners(s, &cart)
+            .into_iter()
+            .filter(|l| l.name != "virtualInbound")
+            .collect()
+    };
+    assert_eq!(outbound(&plain), outbound(&strict));
+    let grpc = proxyless("shop");
+    assert_eq!(listeners(&plain, &grpc), listeners(&strict, &grpc));
+}

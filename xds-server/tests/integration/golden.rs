@@ -53,6 +53,9 @@ const CASES: &[(&str, Option<&str>, &str)] = &[
     ("headless", None, "client"),
     ("registry-only", None, "client"),
     ("inbound", None, "client"),
+    ("mtls-strict", None, "client"),
+    ("mtls-disable", None, "client"),
+    ("mtls-port-level", None, "client"),
     ("catch-all", None, "client"),
     ("istio-fields", None, "client"),
 ];

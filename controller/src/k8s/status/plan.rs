@@ -1,5 +1,6 @@
 //! What the status writer writes, decided without I/O: the `Reconciled` condition of
-//! VirtualServices, DestinationRules and ServiceEntries, and the Events that go with it.
+//! VirtualServices, DestinationRules, ServiceEntries and PeerAuthentications, and the
+//! Events that go with it.
 //!
 //! - [`desired`] turns the builder's findings about one object into the condition it
 //!   should carry;
@@ -211,6 +212,9 @@ impl BuildReport {
         for se in &inputs.service_entries {
             add(ConfigKind::ServiceEntry, &se.metadata);
         }
+        for pa in &inputs.peer_authentications {
+            add(ConfigKind::PeerAuthentication, &pa.metadata);
+        }
         out
     }
 
@@ -279,11 +283,19 @@ pub fn newly_invalid(current: Option<&IstioStatus>, desired: &Desired, generatio
         .is_some_and(|c| c.status == "False" && c.observed_generation == Some(generation))
 }
 
+/// The API group of an Istio kind.
+fn api_group(kind: ConfigKind) -> &'static str {
+    match kind {
+        ConfigKind::PeerAuthentication => pilotfish_mesh::api::SECURITY_GROUP,
+        _ => pilotfish_mesh::api::GROUP,
+    }
+}
+
 /// The Event reporting that `item`'s object was rejected, and the object it is about.
 pub fn invalid_event(item: &StatusItem) -> (Event, ObjectReference) {
     let key = &item.object.key;
     let reference = ObjectReference {
-        api_version: Some(format!("{}/v1", pilotfish_mesh::api::GROUP)),
+        api_version: Some(format!("{}/v1", api_group(key.kind))),
         kind: Some(key.kind.as_str().to_string()),
         name: Some(key.name.clone()),
         namespace: Some(key.namespace.clone()),

@@ -14,7 +14,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::{Recorder, Reporter};
-use pilotfish_mesh::api::{DestinationRule, IstioStatus, ServiceEntry, VirtualService};
+use pilotfish_mesh::api::{
+    DestinationRule, IstioStatus, PeerAuthentication, ServiceEntry, VirtualService,
+};
 use pilotfish_mesh::config::{ConfigKey, ConfigKind};
 use pilotfish_shared::retry::{Backoff, Retry};
 use serde_json::json;
@@ -36,6 +38,7 @@ fn api_resource(kind: ConfigKind) -> ApiResource {
     match kind {
         ConfigKind::DestinationRule => ApiResource::erase::<DestinationRule>(&()),
         ConfigKind::ServiceEntry => ApiResource::erase::<ServiceEntry>(&()),
+        ConfigKind::PeerAuthentication => ApiResource::erase::<PeerAuthentication>(&()),
         _ => ApiResource::erase::<VirtualService>(&()),
     }
 }
