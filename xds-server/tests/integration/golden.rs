@@ -54,6 +54,7 @@ const CASES: &[(&str, Option<&str>, &str)] = &[
     ("registry-only", None, "client"),
     ("inbound", None, "client"),
     ("catch-all", None, "client"),
+    ("default-retries", None, "client"),
 ];
 
 const TYPES: [(XdsType, &str); 4] = [
