@@ -19,7 +19,8 @@ use envoy_types::pb::envoy::config::cluster::v3::{
 };
 use envoy_types::pb::envoy::config::core::v3::{
     BindConfig, Http1ProtocolOptions, Http2ProtocolOptions, HttpProtocolOptions as CoreHttpOptions,
-    RoutingPriority, SocketAddress, TcpKeepalive, socket_address::PortSpecifier,
+    RoutingPriority, SocketAddress, TcpKeepalive, UpstreamHttpProtocolOptions,
+    socket_address::PortSpecifier,
 };
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
     HttpProtocolOptions,
@@ -41,7 +42,7 @@ use super::findings::{Downgrade, Finding};
 use super::names;
 use super::plan::{ClusterPlan, Discovery, OutboundPlan};
 use super::scope::{Flavor, InboundPort};
-use super::tls::transport_socket;
+use super::tls::{auto_sni_and_san, transport_socket};
 use super::util::{ads_config_source, any, api_duration, duration, u32_value};
 
 /// The key Envoy reads upstream HTTP options under.
@@ -209,7 +210,29 @@ fn outbound_cluster(
                 ..Default::default()
             });
         }
-        if let Some(options) = http_protocol_options(plan.port.protocol, pool) {
+        let mut options = http_protocol_options(plan.port.protocol, pool);
+        if let Some((auto_sni, auto_san_validation)) = auto_sni_and_san(policy.tls.as_ref(), flavor)
+        {
+            // Istio sets these on every SIMPLE/MUTUAL cluster, HTTP/1.1 when nothing else
+            // chose the upstream protocol.
+            options
+                .get_or_insert_with(|| HttpProtocolOptions {
+                    upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(
+                        ExplicitHttpConfig {
+                            protocol_config: Some(ProtocolConfig::HttpProtocolOptions(
+                                Http1ProtocolOptions::default(),
+                            )),
+                        },
+                    )),
+                    ..Default::default()
+                })
+                .upstream_http_protocol_options = Some(UpstreamHttpProtocolOptions {
+                auto_sni,
+                auto_san_validation,
+                ..Default::default()
+            });
+        }
+        if let Some(options) = options {
             cluster
                 .typed_extension_protocol_options
                 .insert(HTTP_PROTOCOL_OPTIONS.to_string(), any(&options));
@@ -225,14 +248,11 @@ fn outbound_cluster(
         )));
     }
 
-    let default_sni = (plan.service.mesh_external && !plan.service.is_wildcard())
-        .then_some(plan.service.hostname.as_str());
     cluster.transport_socket = transport_socket(
         policy.tls.as_ref(),
         flavor,
         &plan.name,
         (plan.port.port, &plan.subset, &plan.service.hostname),
-        default_sni,
         findings,
     );
     cluster
