@@ -543,6 +543,7 @@ impl Stores {
             destination_rules: live(&self.destination_rules, &terminating).collect(),
             service_entries: live(&self.service_entries, &terminating).collect(),
             input_warnings: self.unknown_field_warnings(&terminating),
+            send_unhealthy_endpoints: base.send_unhealthy_endpoints,
         }
     }
 

@@ -108,6 +108,7 @@ fn encode_service(s: &Service, out: &mut Vec<u8>, scratch: &mut Vec<u8>) {
     put_str(out, 12, s.external_name.as_deref().unwrap_or(""));
     // int64 varints carry negative values as their two's complement.
     put_varint(out, 13, s.creation_ms as u64);
+    put_varint(out, 14, u64::from(s.send_unhealthy_endpoints));
 }
 
 fn encode_endpoint(e: &Endpoint, out: &mut Vec<u8>) {
@@ -120,7 +121,7 @@ fn encode_endpoint(e: &Endpoint, out: &mut Vec<u8>) {
     let health = match e.health {
         EndpointHealth::Healthy => pb::Health::Healthy,
         EndpointHealth::Unhealthy => pb::Health::Unhealthy,
-        EndpointHealth::Draining => pb::Health::Draining,
+        EndpointHealth::Terminating => pb::Health::Terminating,
     };
     put_varint(out, 7, health as i32 as u64);
     put_str(out, 8, e.service_account.as_deref().unwrap_or(""));

@@ -285,6 +285,7 @@ fn service_strategy() -> impl Strategy<Value = Service> {
                 mesh_external: external,
                 external_name: None,
                 creation_ms: created,
+                send_unhealthy_endpoints: created % 2 == 0,
             },
         )
 }
@@ -311,7 +312,7 @@ fn endpoint_strategy() -> impl Strategy<Value = Endpoint> {
             health: [
                 EndpointHealth::Healthy,
                 EndpointHealth::Unhealthy,
-                EndpointHealth::Draining,
+                EndpointHealth::Terminating,
             ][health],
             service_account: sa,
             weight,

@@ -22,6 +22,8 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 pub const LOCALITY_LABEL: &str = "istio-locality";
 pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
 pub const SUBZONE_LABEL: &str = "topology.istio.io/subzone";
+/// Istio's annotation standing in for `spec.trafficDistribution` (older Kubernetes).
+pub const TRAFFIC_DISTRIBUTION_ANNOTATION: &str = "networking.istio.io/traffic-distribution";
 
 /// What the mesh needs of a Pod: labels (subset selection), IPs, service account and
 /// locality. The controller keeps only this, not whole Pods, to stay small.
@@ -198,7 +200,27 @@ pub fn service_from_k8s(svc: &KubeService, domain: &str) -> Result<Service, Vec<
             None
         },
         creation_ms: creation_ms(&svc.metadata),
+        send_unhealthy_endpoints: has_traffic_distribution(
+            spec.traffic_distribution.as_deref(),
+            svc.metadata.annotations.as_ref(),
+        ),
     })
+}
+
+/// Whether a Service asks for a traffic distribution Istio 1.30 acts on: the spec field
+/// (`PreferClose`, `PreferSameZone`, `PreferSameNode`), else Istio's annotation with the
+/// same values in any case. Istio's namespace-level annotation is not read.
+fn has_traffic_distribution(
+    spec: Option<&str>,
+    annotations: Option<&BTreeMap<String, String>>,
+) -> bool {
+    const KNOWN: [&str; 3] = ["PreferClose", "PreferSameZone", "PreferSameNode"];
+    if spec.is_some_and(|v| KNOWN.contains(&v)) {
+        return true;
+    }
+    annotations
+        .and_then(|a| a.get(TRAFFIC_DISTRIBUTION_ANNOTATION))
+        .is_some_and(|v| KNOWN.iter().any(|k| k.eq_ignore_ascii_case(v)))
 }
 
 /// `namespace/name` of a workload (built without `format!`: this runs once per endpoint).
@@ -288,7 +310,6 @@ pub fn endpoints_from_slices<'a>(
                     locality,
                     health: EndpointHealth::from_conditions(
                         conditions.ready,
-                        conditions.serving,
                         conditions.terminating,
                     ),
                     service_account: pod.and_then(|p| p.service_account.clone()),
@@ -414,6 +435,39 @@ mod tests {
     }
 
     #[test]
+    fn traffic_distribution_sends_unhealthy_endpoints() {
+        let with = |spec: Option<&str>, annotation: Option<&str>| {
+            let mut svc = mk_service(
+                "a",
+                "ns1",
+                ServiceSpec {
+                    traffic_distribution: spec.map(str::to_string),
+                    ..Default::default()
+                },
+            );
+            svc.metadata.annotations = annotation
+                .map(|v| [(TRAFFIC_DISTRIBUTION_ANNOTATION.to_string(), v.to_string())].into());
+            service_from_k8s(&svc, "cluster.local")
+                .unwrap()
+                .send_unhealthy_endpoints
+        };
+        assert!(!with(None, None));
+        for value in ["PreferClose", "PreferSameZone", "PreferSameNode"] {
+            assert!(with(Some(value), None), "{value}");
+        }
+        // Values Istio does not act on.
+        assert!(!with(Some("Any"), None));
+        assert!(
+            !with(Some("preferclose"), None),
+            "the spec field is case-sensitive"
+        );
+        // The annotation, any case, when the field says nothing Istio knows.
+        assert!(with(None, Some("preferclose")));
+        assert!(with(Some("Other"), Some("PreferSameNode")));
+        assert!(!with(None, Some("nearby")));
+    }
+
+    #[test]
     fn export_to_annotation_is_read() {
         let mut svc = mk_service("a", "ns1", ServiceSpec::default());
         svc.metadata.annotations =
@@ -500,7 +554,8 @@ mod tests {
             conditions: Some(EndpointConditions {
                 ready,
                 serving: ready,
-                terminating: None,
+                // What Kubernetes (>= 1.26) writes for an endpoint that is not shutting down.
+                terminating: Some(false),
             }),
             target_ref: pod.map(|p| ObjectReference {
                 kind: Some("Pod".into()),

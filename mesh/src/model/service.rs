@@ -225,6 +225,11 @@ pub struct Service {
     pub external_name: Option<String>,
     /// Creation time (ms since epoch) for Istio's "oldest wins" tie-breaks.
     pub creation_ms: i64,
+    /// Whether EDS sends this service's unready (not terminating) endpoints, marked
+    /// `UNHEALTHY`, with the panic threshold off (Istio's `SupportsUnhealthyEndpoints`):
+    /// when the Service asks for a traffic distribution (zone-aware routing must know
+    /// how many endpoints are healthy to spill over) or the send-unhealthy option is on.
+    pub send_unhealthy_endpoints: bool,
 }
 
 impl Service {

@@ -42,6 +42,9 @@ pub struct BuildInputs {
     /// Findings made while reading the inputs (fields of Istio objects that Pilotfish does
     /// not know), reported with the build's own.
     pub input_warnings: Vec<ConfigError>,
+    /// Send every service's unready endpoints (Istio's `PILOT_SEND_UNHEALTHY_ENDPOINTS`,
+    /// off by default); without it only services with a traffic distribution do.
+    pub send_unhealthy_endpoints: bool,
 }
 
 /// What a build produces.
@@ -158,6 +161,11 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
             services.push(s);
         }
         endpoints.extend(eps);
+    }
+    if inputs.send_unhealthy_endpoints {
+        for s in &mut services {
+            s.send_unhealthy_endpoints = true;
+        }
     }
     let known_hosts = KnownHosts::new(services.iter().map(|s| s.hostname.as_str()));
 

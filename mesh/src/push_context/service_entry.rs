@@ -74,6 +74,7 @@ pub fn services_from_entry<'p>(
             mesh_external: spec.location.unwrap_or(Location::MeshExternal)
                 == Location::MeshExternal,
             external_name: None,
+            send_unhealthy_endpoints: false,
             creation_ms,
         });
         let mut per_port = Vec::new();

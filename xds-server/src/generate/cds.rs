@@ -169,11 +169,18 @@ fn outbound_cluster(
             .as_ref()
             .and_then(|l| l.locality_lb_setting.as_ref())
             .is_some_and(|l| !l.distribute.is_empty() && l.enabled != Some(false));
-    let panic_threshold = policy
-        .outlier_detection
-        .as_ref()
-        .and_then(|o| o.min_health_percent)
-        .filter(|p| *p >= 0);
+    // Istio turns the panic threshold off (0) with outlier detection unless
+    // `minHealthPercent` says otherwise, and always when unready endpoints are sent (in
+    // panic Envoy would route to them).
+    let panic_threshold = if plan.service.send_unhealthy_endpoints {
+        Some(0)
+    } else {
+        policy
+            .outlier_detection
+            .as_ref()
+            .map(|o| o.min_health_percent.unwrap_or(0))
+            .filter(|p| *p >= 0)
+    };
     if flavor == Flavor::Sidecar && (locality_weighted || panic_threshold.is_some()) {
         cluster.common_lb_config = Some(CommonLbConfig {
             healthy_panic_threshold: panic_threshold.map(|p| Percent {

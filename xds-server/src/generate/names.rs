@@ -126,6 +126,7 @@ mod tests {
             origin: ServiceOrigin::Kubernetes,
             mesh_external: false,
             external_name: None,
+            send_unhealthy_endpoints: false,
             creation_ms: 0,
         }
     }

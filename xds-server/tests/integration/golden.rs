@@ -62,6 +62,7 @@ const CASES: &[(&str, Option<&str>, &str)] = &[
     ("catch-all", None, "client"),
     ("default-retries", None, "client"),
     ("tls-system-roots", None, "client"),
+    ("unready-endpoints", None, "client"),
 ];
 
 const TYPES: [(XdsType, &str); 4] = [
