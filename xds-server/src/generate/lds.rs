@@ -32,6 +32,7 @@ use envoy_types::pb::envoy::config::listener::v3::{
 use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
 use envoy_types::pb::envoy::extensions::filters::http::cors::v3::Cors;
 use envoy_types::pb::envoy::extensions::filters::http::fault::v3::HttpFault;
+use envoy_types::pb::envoy::extensions::filters::http::grpc_web::v3::GrpcWeb;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
 use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
@@ -64,6 +65,8 @@ use super::util::{ads_config_source, any, bool_value, u32_value, zero_duration};
 
 pub const HCM_FILTER: &str = "envoy.filters.network.http_connection_manager";
 pub const TCP_PROXY_FILTER: &str = "envoy.filters.network.tcp_proxy";
+/// Envoy's gRPC-Web to gRPC translation, which Istio puts on `grpc-web` ports.
+pub const GRPC_WEB_FILTER: &str = "envoy.filters.http.grpc_web";
 
 /// The cluster unknown outbound traffic goes to.
 pub fn unknown_destination_cluster(push: &PushContext) -> &'static str {
@@ -132,7 +135,7 @@ fn own_listener(
                 config_source: Some(ads_config_source(true)),
                 route_config_name: names::host_port(&c.service.hostname, port),
             }),
-            sidecar_http_filters(),
+            sidecar_http_filters(c.port.protocol == Protocol::GrpcWeb),
         )
     } else {
         tcp_destination(push, proxy, plan, c, port, findings)
@@ -218,7 +221,15 @@ fn shared_port_listener(
                 config_source: Some(ads_config_source(true)),
                 route_config_name: names::sidecar_route(port),
             }),
-            sidecar_http_filters(),
+            // Istio takes the port's protocol from one of its services; any grpc-web
+            // service the catch-all routes gets the filter here (it acts only on
+            // `application/grpc-web` requests).
+            sidecar_http_filters(
+                services
+                    .shared
+                    .iter()
+                    .any(|c| c.port.protocol == Protocol::GrpcWeb),
+            ),
         )
     } else if let [only] = default_tcp.as_slice() {
         tcp_destination(push, proxy, plan, only, port, findings)
@@ -387,13 +398,22 @@ fn tcp_proxy_filter(
     }
 }
 
-/// fault, CORS, router: the sidecar's outbound HTTP filters (router last).
-fn sidecar_http_filters() -> Vec<HttpFilter> {
-    vec![
-        http_filter(FAULT_FILTER, any(&HttpFault::default())),
-        http_filter(CORS_FILTER, any(&Cors::default())),
-        http_filter(ROUTER_FILTER, any(&Router::default())),
-    ]
+/// fault, CORS, router: the sidecar's outbound HTTP filters (router last), after
+/// gRPC-Web on a `grpc-web` port, in Istio's order.
+fn sidecar_http_filters(grpc_web: bool) -> Vec<HttpFilter> {
+    grpc_web
+        .then(grpc_web_filter)
+        .into_iter()
+        .chain([
+            http_filter(FAULT_FILTER, any(&HttpFault::default())),
+            http_filter(CORS_FILTER, any(&Cors::default())),
+            http_filter(ROUTER_FILTER, any(&Router::default())),
+        ])
+        .collect()
+}
+
+fn grpc_web_filter() -> HttpFilter {
+    http_filter(GRPC_WEB_FILTER, any(&GrpcWeb::default()))
 }
 
 fn hcm_filter(
@@ -471,7 +491,11 @@ pub fn sidecar_inbound_listener(inbound: &[InboundPort]) -> Listener {
                     validate_clusters: bool_value(false),
                     ..Default::default()
                 }),
-                vec![http_filter(ROUTER_FILTER, any(&Router::default()))],
+                (p.protocol == Protocol::GrpcWeb)
+                    .then(grpc_web_filter)
+                    .into_iter()
+                    .chain([http_filter(ROUTER_FILTER, any(&Router::default()))])
+                    .collect(),
             )
         } else {
             tcp_proxy_filter(

@@ -63,6 +63,7 @@ const CASES: &[(&str, Option<&str>, &str)] = &[
     ("default-retries", None, "client"),
     ("tls-system-roots", None, "client"),
     ("unready-endpoints", None, "client"),
+    ("grpc-web", None, "client"),
 ];
 
 const TYPES: [(XdsType, &str); 4] = [
