@@ -21,6 +21,7 @@ use super::{
 use crate::api::{DestinationRule, ServiceEntry, VirtualService, VirtualServiceSpec};
 use crate::config::{ConfigError, ConfigKey, ConfigKind};
 use crate::mesh_config::MeshConfig;
+use crate::model::kube::NodeInfo;
 use crate::model::kube::{
     PodIndex, creation_ms, endpoints_from_slices, namespace_of, pod_index, service_from_k8s,
     slice_service,
@@ -36,6 +37,8 @@ pub struct BuildInputs {
     pub services: Vec<Arc<KubeService>>,
     pub endpoint_slices: Vec<Arc<EndpointSlice>>,
     pub pods: Vec<Arc<PodInfo>>,
+    /// Nodes, for their Pods' locality.
+    pub nodes: Vec<Arc<NodeInfo>>,
     pub virtual_services: Vec<Arc<VirtualService>>,
     pub destination_rules: Vec<Arc<DestinationRule>>,
     pub service_entries: Vec<Arc<ServiceEntry>>,
@@ -95,7 +98,10 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
     let mut declared = k8s_hosts.clone();
 
     // Endpoints for Kubernetes services.
-    let pod_index = pod_index(inputs.pods.iter().map(|p| &**p));
+    let pod_index = pod_index(
+        inputs.pods.iter().map(|p| &**p),
+        inputs.nodes.iter().map(|n| &**n),
+    );
     let mut endpoints = kube_endpoints(&services, &inputs.endpoint_slices, &pod_index);
 
     // ServiceEntries → services and endpoints.
@@ -120,7 +126,7 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
                     &meta.namespace,
                     meta.creation_ms,
                     &spec,
-                    inputs.pods.iter().map(|p| &**p),
+                    &pod_index,
                 )
             }
             None => match previous.map(|p| previous_entry(p, &meta)) {
@@ -302,7 +308,10 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
 /// configs are taken from `previous` as they are, only endpoints are recomputed.
 pub fn build_endpoints_only(inputs: &BuildInputs, previous: &PushContext) -> PushContext {
     let data = previous.data();
-    let pod_index = pod_index(inputs.pods.iter().map(|p| &**p));
+    let pod_index = pod_index(
+        inputs.pods.iter().map(|p| &**p),
+        inputs.nodes.iter().map(|n| &**n),
+    );
     let k8s: Vec<Service> = data
         .services
         .iter()
@@ -330,7 +339,7 @@ pub fn build_endpoints_only(inputs: &BuildInputs, previous: &PushContext) -> Pus
                 &svc.namespace,
                 svc.creation_ms,
                 &spec,
-                inputs.pods.iter().map(|p| &**p),
+                &pod_index,
             );
             eps.into_iter().find(|e| e.hostname == svc.hostname)
         });
