@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::config::cluster::v3::{
     circuit_breakers::Thresholds,
     cluster::{
         ClusterDiscoveryType, CommonLbConfig, DiscoveryType, DnsLookupFamily, EdsClusterConfig,
-        LbConfig, LbPolicy, MaglevLbConfig, RingHashLbConfig,
+        LbConfig, LbPolicy, MaglevLbConfig, OriginalDstLbConfig, RingHashLbConfig,
         common_lb_config::{LocalityConfigSpecifier, LocalityWeightedLbConfig},
     },
 };
@@ -34,7 +34,7 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use pilotfish_mesh::api::{
     ConnectionPoolSettings, H2UpgradePolicy, LoadBalancerSettings, OutlierDetection, SimpleLb,
 };
-use pilotfish_mesh::model::Protocol;
+use pilotfish_mesh::model::{Protocol, Resolution, ServiceOrigin, TargetPort};
 use pilotfish_mesh::push_context::PushContext;
 
 use super::eds::{cluster_endpoints, dns_load_assignment};
@@ -151,6 +151,14 @@ fn outbound_cluster(
             cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(
                 DiscoveryType::OriginalDst as i32,
             ));
+            // Istio >= 1.22 (ENABLE_RESOLUTION_NONE_TARGET_PORT): a `resolution: NONE`
+            // ServiceEntry port's `targetPort` replaces the port the client dialled.
+            if let Some(target) = passthrough_target_port(plan) {
+                cluster.lb_config = Some(LbConfig::OriginalDstLbConfig(OriginalDstLbConfig {
+                    upstream_port_override: u32_value(target),
+                    ..Default::default()
+                }));
+            }
         }
     }
 
@@ -265,6 +273,16 @@ fn outbound_cluster(
     cluster
 }
 
+/// The `targetPort` of a `resolution: NONE` ServiceEntry's port, when it is set.
+fn passthrough_target_port(plan: &ClusterPlan) -> Option<u32> {
+    let entry = matches!(plan.service.origin, ServiceOrigin::ServiceEntry { .. })
+        && plan.service.resolution == Resolution::Passthrough;
+    match &plan.port.target_port {
+        Some(TargetPort::Number(n)) if entry => Some(*n),
+        _ => None,
+    }
+}
+
 /// The load balancer of a cluster.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LbSetup {
@@ -372,7 +390,8 @@ pub fn circuit_breakers(pool: Option<&ConnectionPoolSettings>, flavor: Flavor) -
                 limit(http.and_then(|h| h.http2_max_requests)).unwrap_or(u32::MAX),
             ),
             max_retries: u32_value(limit(http.and_then(|h| h.max_retries)).unwrap_or(u32::MAX)),
-            track_remaining: true,
+            // Istio >= 1.29 (DISABLE_TRACK_REMAINING_CB_METRICS) no longer asks Envoy for
+            // the `remaining_*` gauges.
             ..Default::default()
         },
         Flavor::Proxyless => Thresholds {

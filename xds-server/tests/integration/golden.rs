@@ -64,6 +64,7 @@ const CASES: &[(&str, Option<&str>, &str)] = &[
     ("tls-system-roots", None, "client"),
     ("unready-endpoints", None, "client"),
     ("grpc-web", None, "client"),
+    ("passthrough-target-port", None, "client"),
 ];
 
 const TYPES: [(XdsType, &str); 4] = [

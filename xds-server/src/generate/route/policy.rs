@@ -296,6 +296,9 @@ pub fn mirror_policies(
                     ..Default::default()
                 }),
                 trace_sampled: bool_value(false),
+                // Istio >= 1.28 (DISABLE_SHADOW_HOST_SUFFIX): the mirror keeps the Host
+                // as it is, without Envoy's `-shadow` suffix.
+                disable_shadow_host_suffix_append: true,
                 ..Default::default()
             })
         })
