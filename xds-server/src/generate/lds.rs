@@ -477,7 +477,7 @@ pub fn sidecar_inbound_listener(inbound: &[InboundPort]) -> Listener {
     {
         let cluster = names::inbound_cluster(p.port);
         let filter = if p.protocol.is_http() {
-            let env_route = default_inbound_route(&cluster, p.port);
+            let env_route = default_inbound_route(&cluster, p.port, p.protocol);
             hcm_filter(
                 format!("inbound_0.0.0.0_{}", p.port),
                 RouteSpecifier::RouteConfig(RouteConfiguration {
@@ -544,10 +544,11 @@ pub fn sidecar_inbound_listener(inbound: &[InboundPort]) -> Listener {
 fn default_inbound_route(
     cluster: &str,
     port: u32,
+    protocol: Protocol,
 ) -> envoy_types::pb::envoy::config::route::v3::Route {
     use super::route::route_match;
     use envoy_types::pb::envoy::config::route::v3::{
-        Decorator, Route, RouteAction,
+        Decorator, RetryPolicy, Route, RouteAction,
         route::Action,
         route_action::{ClusterSpecifier, MaxStreamDuration},
     };
@@ -565,6 +566,16 @@ fn default_inbound_route(
                 max_stream_duration: zero_duration(),
                 grpc_timeout_header_max: zero_duration(),
                 ..Default::default()
+            }),
+            // Istio >= 1.24 (ENABLE_INBOUND_RETRY_POLICY): a request the application's
+            // connection reset before it was sent is retried; not for gRPC, whose
+            // streams this breaks.
+            retry_policy: (!matches!(protocol, Protocol::Grpc | Protocol::GrpcWeb)).then(|| {
+                RetryPolicy {
+                    retry_on: "reset-before-request".to_string(),
+                    num_retries: u32_value(2),
+                    ..Default::default()
+                }
             }),
             ..Default::default()
         })),
