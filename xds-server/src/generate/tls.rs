@@ -27,6 +27,7 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher::MatchPattern};
 use pilotfish_mesh::api::{ClientTlsSettings, TlsMode};
+use prost::Message;
 
 use super::findings::{Downgrade, Finding};
 use super::names;
@@ -124,6 +125,42 @@ fn sidecar_context(
         sni,
         ..Default::default()
     })
+}
+
+/// Whether an upstream TLS socket matches subject alt names with no CA to verify the chain
+/// with: Envoy rejects such a cluster ("SAN-based verification of peer certificates
+/// without trusted CA is insecure and not allowed"). For the consistency audit.
+// The deprecated fields are read on purpose: gRPC uses `match_subject_alt_names`, and a CA
+// may come from the older provider field of a combined context.
+#[allow(deprecated)]
+pub fn matches_sans_without_a_ca(socket: &TransportSocket) -> bool {
+    let Some(transport_socket::ConfigType::TypedConfig(config)) = &socket.config_type else {
+        return false;
+    };
+    let Ok(context) = UpstreamTlsContext::decode(config.value.as_slice()) else {
+        return false;
+    };
+    let has_sans = |v: &CertificateValidationContext| {
+        !v.match_typed_subject_alt_names.is_empty() || !v.match_subject_alt_names.is_empty()
+    };
+    let own_ca = |v: &CertificateValidationContext| {
+        v.trusted_ca.is_some() || v.ca_certificate_provider_instance.is_some()
+    };
+    match context
+        .common_tls_context
+        .and_then(|c| c.validation_context_type)
+    {
+        Some(common_tls_context::ValidationContextType::ValidationContext(v)) => {
+            has_sans(&v) && !own_ca(&v)
+        }
+        Some(common_tls_context::ValidationContextType::CombinedValidationContext(c)) => {
+            let from_elsewhere = c.validation_context_sds_secret_config.is_some()
+                || c.validation_context_certificate_provider_instance.is_some();
+            c.default_validation_context
+                .is_some_and(|v| has_sans(&v) && !own_ca(&v) && !from_elsewhere)
+        }
+        _ => false,
+    }
 }
 
 /// `caCertificates`, or `system` (the OS roots) when it is unset or empty, as Istio reads it.
@@ -271,7 +308,6 @@ fn sds_secret(name: &str) -> SdsSecretConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prost::Message;
 
     fn settings(mode: TlsMode) -> ClientTlsSettings {
         ClientTlsSettings {
@@ -488,6 +524,44 @@ mod tests {
             validation(&credential),
             Some((vec![], "kubernetes://egress-cacert".into()))
         );
+    }
+
+    #[test]
+    fn the_audit_spots_san_matching_without_a_ca() {
+        for mode in [TlsMode::Simple, TlsMode::Mutual, TlsMode::IstioMutual] {
+            let tls = ClientTlsSettings {
+                subject_alt_names: vec!["a.example.com".into()],
+                client_certificate: Some("/c.pem".into()),
+                private_key: Some("/k.pem".into()),
+                ..settings(mode)
+            };
+            for flavor in [Flavor::Sidecar, Flavor::Proxyless] {
+                if let Some(socket) =
+                    transport_socket(Some(&tls), flavor, "c", (1, "", "h"), &mut Vec::new())
+                {
+                    assert!(!matches_sans_without_a_ca(&socket), "{mode:?} {flavor:?}");
+                }
+            }
+        }
+        let san_only = UpstreamTlsContext {
+            common_tls_context: Some(CommonTlsContext {
+                validation_context_type: Some(
+                    common_tls_context::ValidationContextType::ValidationContext(
+                        CertificateValidationContext {
+                            match_typed_subject_alt_names: san_matchers(&["a".into()]),
+                            ..Default::default()
+                        },
+                    ),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let socket = TransportSocket {
+            name: TLS_TRANSPORT_SOCKET.into(),
+            config_type: Some(transport_socket::ConfigType::TypedConfig(any(&san_only))),
+        };
+        assert!(matches_sans_without_a_ca(&socket));
     }
 
     #[test]
