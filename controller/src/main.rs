@@ -103,6 +103,11 @@ struct RunArgs {
     /// Longest a burst of changes may delay a rebuild.
     #[arg(long, env = "PILOTFISH_DEBOUNCE_MAX", default_value = "1s")]
     debounce_max: api::Duration,
+    /// Send unready (not terminating) endpoints of every service, marked UNHEALTHY, with
+    /// the panic threshold off (Istio's PILOT_SEND_UNHEALTHY_ENDPOINTS). Without it only
+    /// Services with a traffic distribution get them.
+    #[arg(long, env = "PILOTFISH_SEND_UNHEALTHY_ENDPOINTS")]
+    send_unhealthy_endpoints: bool,
     /// Name of this replica in logs and the Lease (default: the host name).
     #[arg(long, env = "PILOTFISH_REPLICA_NAME")]
     replica_name: Option<String>,
@@ -215,6 +220,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     let base = BuildInputs {
         mesh,
         cluster_domain: cli.cluster_domain.clone(),
+        send_unhealthy_endpoints: args.send_unhealthy_endpoints,
         ..Default::default()
     };
     let pipeline = Pipeline::new(Arc::new(publisher.clone()), signer);

@@ -1,6 +1,6 @@
 //! Kubernetes-style YAML as mesh objects: what `kubectl get -o yaml` prints (Service,
-//! EndpointSlice, Pod, VirtualService, DestinationRule, ServiceEntry, PeerAuthentication),
-//! parsed from text and
+//! EndpointSlice, Pod, Node, VirtualService, DestinationRule, ServiceEntry,
+//! PeerAuthentication), parsed from text and
 //! collected into builder inputs. Pure: the folder that feeds it (standalone mode and the
 //! controller's `--config-dir` mode) is `pilotfish_shared::source`.
 //!
@@ -18,14 +18,14 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::Value;
 
 use crate::api::{IstioKind, IstioResource, YamlDocument, yaml_documents};
 use crate::config::{ConfigError, ConfigKey, ConfigKind};
-use crate::model::PodInfo;
 use crate::model::kube::namespace_of;
+use crate::model::{NodeInfo, PodInfo};
 use crate::push_context::BuildInputs;
 
 /// `(kind, namespace, name)` of an object as written in a document.
@@ -37,6 +37,8 @@ pub enum MeshObject {
     Service(Arc<Service>),
     EndpointSlice(Arc<EndpointSlice>),
     Pod(Arc<PodInfo>),
+    /// A Node (cluster-scoped: no namespace), for its Pods' locality.
+    Node(Arc<NodeInfo>),
     /// An Istio object and the paths of the fields Pilotfish does not know in it.
     Istio(Arc<IstioResource>, Arc<[String]>),
 }
@@ -48,6 +50,7 @@ impl MeshObject {
             MeshObject::Service(o) => ("Service", &o.metadata),
             MeshObject::EndpointSlice(o) => ("EndpointSlice", &o.metadata),
             MeshObject::Pod(p) => return ("Pod", p.namespace.clone(), p.name.clone()),
+            MeshObject::Node(n) => return ("Node", String::new(), n.name.clone()),
             MeshObject::Istio(o, _) => (o.kind().as_str(), o.metadata()),
         };
         (
@@ -303,6 +306,10 @@ pub fn parse_object(value: &Value) -> Result<Option<MeshObject>, String> {
             default_namespace(&mut p.metadata);
             MeshObject::Pod(Arc::new(PodInfo::from_k8s(&p)))
         }
+        ("v1", "Node") => {
+            let n: Node = decode(value).map_err(|e| format!("{}: {e}", what()))?;
+            MeshObject::Node(Arc::new(NodeInfo::from_k8s(&n)))
+        }
         _ => return Ok(None),
     };
     if obj.key().2.is_empty() {
@@ -362,6 +369,7 @@ pub fn to_inputs<'a>(
             MeshObject::Service(s) => base.services.push(s.clone()),
             MeshObject::EndpointSlice(s) => base.endpoint_slices.push(s.clone()),
             MeshObject::Pod(p) => base.pods.push(p.clone()),
+            MeshObject::Node(n) => base.nodes.push(n.clone()),
             MeshObject::Istio(r, unknown) => {
                 if !unknown.is_empty() {
                     let (_, namespace, name) = o.key();

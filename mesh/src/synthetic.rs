@@ -99,6 +99,7 @@ pub fn mesh(shape: MeshShape) -> BuildInputs {
                 ips: vec![ip.clone()],
                 service_account: Some(name.clone()),
                 locality: Default::default(),
+                node_name: String::new(),
                 ready: true,
             }));
             slice_endpoints.push(Endpoint {

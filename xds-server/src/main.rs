@@ -136,6 +136,11 @@ struct Cli {
     /// Standalone: longest a burst of changes may delay a rebuild.
     #[arg(long, env = "PILOTFISH_DEBOUNCE_MAX", default_value = "1s")]
     debounce_max: api::Duration,
+    /// Standalone: send unready (not terminating) endpoints of every service, marked UNHEALTHY, with
+    /// the panic threshold off (Istio's PILOT_SEND_UNHEALTHY_ENDPOINTS). Without it only
+    /// Services with a traffic distribution get them.
+    #[arg(long, env = "PILOTFISH_SEND_UNHEALTHY_ENDPOINTS")]
+    send_unhealthy_endpoints: bool,
     /// `control_plane.identifier` of every response and the name in logs (default: host name).
     #[arg(long, env = "PILOTFISH_REPLICA_NAME")]
     replica_name: Option<String>,
@@ -215,6 +220,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 base: BuildInputs {
                     mesh,
                     cluster_domain: cli.cluster_domain.clone(),
+                    send_unhealthy_endpoints: cli.send_unhealthy_endpoints,
                     ..Default::default()
                 },
                 debounce_after: cli.debounce_after.as_std(),

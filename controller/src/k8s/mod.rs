@@ -28,7 +28,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::Api;
@@ -84,6 +84,7 @@ where
         "Service" => "Service watch",
         "EndpointSlice" => "EndpointSlice watch",
         "Pod" => "Pod watch",
+        "Node" => "Node watch",
         _ => "Namespace watch",
     };
     (
@@ -136,6 +137,7 @@ impl KubeMode {
             watch_task::<Service>(client.clone(), updates_tx.clone()),
             watch_task::<EndpointSlice>(client.clone(), updates_tx.clone()),
             watch_task::<Pod>(client.clone(), updates_tx.clone()),
+            watch_task::<Node>(client.clone(), updates_tx.clone()),
             watch_task::<Namespace>(client.clone(), updates_tx),
         ];
         // On shutdown every task but the election simply ends; the election first

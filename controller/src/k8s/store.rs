@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service as KubeService};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service as KubeService};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -21,7 +21,7 @@ use pilotfish_mesh::api::{
     DestinationRule, IstioStatus, PeerAuthentication, ServiceEntry, VirtualService,
 };
 use pilotfish_mesh::config::{ConfigKey, ConfigKind};
-use pilotfish_mesh::model::PodInfo;
+use pilotfish_mesh::model::{NodeInfo, PodInfo};
 use pilotfish_mesh::push_context::BuildInputs;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -169,6 +169,24 @@ impl Watched for Pod {
     }
     fn store(stores: &mut Stores) -> &mut KindStore<PodInfo> {
         &mut stores.pods
+    }
+}
+
+/// Only the name and the locality labels are kept (Istio strips Nodes the same way):
+/// they are what a Pod's endpoints take their locality from. A label change rebuilds
+/// endpoints only.
+impl Watched for Node {
+    type Stored = NodeInfo;
+    const KIND: &'static str = "Node";
+    const CLASS: ChangeClass = ChangeClass::Endpoints;
+    fn ingest(self) -> NodeInfo {
+        NodeInfo::from_k8s(&self)
+    }
+    fn same_for_mesh(a: &NodeInfo, b: &NodeInfo) -> bool {
+        a == b
+    }
+    fn store(stores: &mut Stores) -> &mut KindStore<NodeInfo> {
+        &mut stores.nodes
     }
 }
 
@@ -482,6 +500,7 @@ pub struct Stores {
     pub services: KindStore<KubeService>,
     pub endpoint_slices: KindStore<EndpointSlice>,
     pub pods: KindStore<PodInfo>,
+    pub nodes: KindStore<NodeInfo>,
     pub namespaces: KindStore<NamespaceInfo>,
 }
 
@@ -497,6 +516,7 @@ impl Stores {
             (self.services.synced(), KubeService::KIND),
             (self.endpoint_slices.synced(), EndpointSlice::KIND),
             (self.pods.synced(), Pod::KIND),
+            (self.nodes.synced(), Node::KIND),
             (self.namespaces.synced(), Namespace::KIND),
         ] {
             if !synced {
@@ -520,6 +540,7 @@ impl Stores {
             (KubeService::KIND, self.services.len()),
             (EndpointSlice::KIND, self.endpoint_slices.len()),
             (Pod::KIND, self.pods.len()),
+            (Node::KIND, self.nodes.len()),
             (Namespace::KIND, self.namespaces.len()),
         ])
     }
@@ -549,11 +570,14 @@ impl Stores {
             services: live(&self.services, &terminating).collect(),
             endpoint_slices: live(&self.endpoint_slices, &terminating).collect(),
             pods: live(&self.pods, &terminating).collect(),
+            // Cluster-scoped: no namespace to be terminating.
+            nodes: self.nodes.objects.values().cloned().collect(),
             virtual_services: live(&self.virtual_services, &terminating).collect(),
             destination_rules: live(&self.destination_rules, &terminating).collect(),
             service_entries: live(&self.service_entries, &terminating).collect(),
             peer_authentications: live(&self.peer_authentications, &terminating).collect(),
             input_warnings: self.unknown_field_warnings(&terminating),
+            send_unhealthy_endpoints: base.send_unhealthy_endpoints,
         }
     }
 

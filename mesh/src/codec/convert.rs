@@ -117,6 +117,7 @@ pub fn service_to_pb(s: &Service) -> pb::Service {
         external_name: s.external_name.clone().unwrap_or_default(),
         creation_ms: s.creation_ms,
         subject_alt_names: s.subject_alt_names.clone(),
+        send_unhealthy_endpoints: s.send_unhealthy_endpoints,
     }
 }
 
@@ -159,6 +160,7 @@ pub fn service_from_pb(s: pb::Service) -> Service {
         external_name: Some(s.external_name).filter(|n| !n.is_empty()),
         creation_ms: s.creation_ms,
         subject_alt_names: s.subject_alt_names,
+        send_unhealthy_endpoints: s.send_unhealthy_endpoints,
     }
 }
 
@@ -173,7 +175,7 @@ fn endpoint_to_pb(e: &Endpoint) -> pb::Endpoint {
         health: match e.health {
             EndpointHealth::Healthy => pb::Health::Healthy,
             EndpointHealth::Unhealthy => pb::Health::Unhealthy,
-            EndpointHealth::Draining => pb::Health::Draining,
+            EndpointHealth::Terminating => pb::Health::Terminating,
         } as i32,
         service_account: e.service_account.clone().unwrap_or_default(),
         weight: e.weight,
@@ -194,7 +196,7 @@ fn endpoint_from_pb(e: pb::Endpoint) -> Endpoint {
         },
         health: match pb::Health::try_from(e.health) {
             Ok(pb::Health::Healthy) => EndpointHealth::Healthy,
-            Ok(pb::Health::Draining) => EndpointHealth::Draining,
+            Ok(pb::Health::Terminating) => EndpointHealth::Terminating,
             // Unknown health from a newer writer: do not send traffic.
             Ok(pb::Health::Unhealthy) | Err(_) => EndpointHealth::Unhealthy,
         },

@@ -111,6 +111,7 @@ fn encode_service(s: &Service, out: &mut Vec<u8>, scratch: &mut Vec<u8>) {
     for san in &s.subject_alt_names {
         put_bytes(out, 14, san.as_bytes());
     }
+    put_varint(out, 15, u64::from(s.send_unhealthy_endpoints));
 }
 
 fn encode_endpoint(e: &Endpoint, out: &mut Vec<u8>) {
@@ -123,7 +124,7 @@ fn encode_endpoint(e: &Endpoint, out: &mut Vec<u8>) {
     let health = match e.health {
         EndpointHealth::Healthy => pb::Health::Healthy,
         EndpointHealth::Unhealthy => pb::Health::Unhealthy,
-        EndpointHealth::Draining => pb::Health::Draining,
+        EndpointHealth::Terminating => pb::Health::Terminating,
     };
     put_varint(out, 7, health as i32 as u64);
     put_str(out, 8, e.service_account.as_deref().unwrap_or(""));

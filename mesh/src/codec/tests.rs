@@ -287,6 +287,7 @@ fn service_strategy() -> impl Strategy<Value = Service> {
                 external_name: None,
                 creation_ms: created,
                 subject_alt_names: sans,
+                send_unhealthy_endpoints: created % 2 == 0,
             },
         )
 }
@@ -313,7 +314,7 @@ fn endpoint_strategy() -> impl Strategy<Value = Endpoint> {
             health: [
                 EndpointHealth::Healthy,
                 EndpointHealth::Unhealthy,
-                EndpointHealth::Draining,
+                EndpointHealth::Terminating,
             ][health],
             service_account: sa,
             weight,

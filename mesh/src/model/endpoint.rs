@@ -42,27 +42,25 @@ pub enum EndpointHealth {
     /// `ready` (nil means true).
     #[default]
     Healthy,
-    /// Not ready and not terminating (starting, failing probes).
+    /// Not ready and not terminating (starting, failing probes): sent, as `UNHEALTHY`,
+    /// only for services that send unhealthy endpoints
+    /// ([`Service::send_unhealthy_endpoints`](super::Service::send_unhealthy_endpoints)).
     Unhealthy,
-    /// Terminating but still serving: existing connections may finish, no new ones.
-    Draining,
+    /// Not ready and shutting down: never sent (Istio 1.30 counts a rollout's old Pods
+    /// neither as healthy nor as unhealthy).
+    Terminating,
 }
 
 impl EndpointHealth {
-    /// Maps EndpointSlice conditions the way Istio does (nil `ready`/`serving` mean true,
-    /// nil `terminating` means false).
-    pub fn from_conditions(
-        ready: Option<bool>,
-        serving: Option<bool>,
-        terminating: Option<bool>,
-    ) -> Self {
-        let ready = ready.unwrap_or(true);
-        let serving = serving.unwrap_or(ready);
-        let terminating = terminating.unwrap_or(false);
-        if ready && !terminating {
+    /// Maps EndpointSlice conditions the way Istio 1.30 does: `ready` (nil means true) is
+    /// healthy, whatever the other conditions say; otherwise `terminating` (nil means
+    /// true) is terminating; otherwise unhealthy. `serving` only matters to Istio's
+    /// persistent sessions (draining endpoints), which Pilotfish does not support.
+    pub fn from_conditions(ready: Option<bool>, terminating: Option<bool>) -> Self {
+        if ready.unwrap_or(true) {
             EndpointHealth::Healthy
-        } else if terminating && serving {
-            EndpointHealth::Draining
+        } else if terminating.unwrap_or(true) {
+            EndpointHealth::Terminating
         } else {
             EndpointHealth::Unhealthy
         }
@@ -138,29 +136,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn health_follows_istio_rules() {
+    fn health_follows_istio_1_30_rules() {
         use EndpointHealth::*;
-        assert_eq!(EndpointHealth::from_conditions(None, None, None), Healthy);
-        assert_eq!(
-            EndpointHealth::from_conditions(Some(true), Some(true), Some(false)),
-            Healthy
-        );
-        assert_eq!(
-            EndpointHealth::from_conditions(Some(false), Some(false), None),
-            Unhealthy
-        );
-        assert_eq!(
-            EndpointHealth::from_conditions(Some(false), None, None),
-            Unhealthy
-        );
-        assert_eq!(
-            EndpointHealth::from_conditions(Some(false), Some(true), Some(true)),
-            Draining
-        );
-        assert_eq!(
-            EndpointHealth::from_conditions(Some(false), Some(false), Some(true)),
-            Unhealthy
-        );
+        // (ready, terminating) -> health, as Istio's endpointHealthStatus reads them.
+        let cases = [
+            ((None, None), Healthy),
+            ((Some(true), Some(false)), Healthy),
+            // `ready` alone decides health, even while terminating.
+            ((Some(true), Some(true)), Healthy),
+            ((Some(false), Some(false)), Unhealthy),
+            // A missing `terminating` counts as terminating for an unready endpoint.
+            ((Some(false), None), Terminating),
+            ((Some(false), Some(true)), Terminating),
+        ];
+        for ((ready, terminating), want) in cases {
+            assert_eq!(
+                EndpointHealth::from_conditions(ready, terminating),
+                want,
+                "ready {ready:?}, terminating {terminating:?}"
+            );
+        }
     }
 
     #[test]

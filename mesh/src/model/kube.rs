@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{Pod, Service as KubeService};
+use k8s_openapi::api::core::v1::{Node, Pod, Service as KubeService};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -18,10 +18,18 @@ use crate::config::{ConfigError, ConfigKey, ConfigKind};
 pub const EXPORT_TO_ANNOTATION: &str = "networking.istio.io/exportTo";
 /// Label EndpointSlices carry to name their Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-/// Pod label overriding locality, `region.zone.subzone` (Istio's convention).
-pub const LOCALITY_LABEL: &str = "istio-locality";
+/// Pod label overriding locality, `region.zone.subzone` or `region/zone/subzone`; Istio
+/// reads it first, then the legacy [`LEGACY_LOCALITY_LABEL`].
+pub const LOCALITY_LABEL: &str = "topology.istio.io/locality";
+pub const LEGACY_LOCALITY_LABEL: &str = "istio-locality";
+/// Node labels of a workload's locality (Kubernetes' GA names, then the beta ones).
 pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+pub const BETA_REGION_LABEL: &str = "failure-domain.beta.kubernetes.io/region";
+pub const BETA_ZONE_LABEL: &str = "failure-domain.beta.kubernetes.io/zone";
 pub const SUBZONE_LABEL: &str = "topology.istio.io/subzone";
+/// Istio's annotation standing in for `spec.trafficDistribution` (older Kubernetes).
+pub const TRAFFIC_DISTRIBUTION_ANNOTATION: &str = "networking.istio.io/traffic-distribution";
 
 /// What the mesh needs of a Pod: labels (subset selection), IPs, service account and
 /// locality. The controller keeps only this, not whole Pods, to stay small.
@@ -32,9 +40,11 @@ pub struct PodInfo {
     pub labels: BTreeMap<String, String>,
     pub ips: Vec<String>,
     pub service_account: Option<String>,
-    /// Locality from the `istio-locality` label or region/subzone labels (zone comes
-    /// from EndpointSlices).
+    /// Locality from the Pod's own locality label (`topology.istio.io/locality` or
+    /// `istio-locality`); empty without one, and then its Node's applies.
     pub locality: Locality,
+    /// The Node the Pod runs on (`spec.nodeName`), whose labels give its locality.
+    pub node_name: String,
     /// False while the pod is not Ready (used for ServiceEntry workloadSelector endpoints).
     pub ready: bool,
 }
@@ -67,7 +77,8 @@ impl PodInfo {
         PodInfo {
             namespace: namespace_of(&pod.metadata),
             name: pod.metadata.name.clone().unwrap_or_default(),
-            locality: pod_locality(&labels),
+            locality: pod_locality_label(&labels),
+            node_name: spec.and_then(|s| s.node_name.clone()).unwrap_or_default(),
             labels,
             ips,
             service_account,
@@ -76,14 +87,44 @@ impl PodInfo {
     }
 }
 
-fn pod_locality(labels: &BTreeMap<String, String>) -> Locality {
-    if let Some(l) = labels.get(LOCALITY_LABEL) {
-        return Locality::parse(l);
-    }
-    Locality {
-        region: labels.get(REGION_LABEL).cloned().unwrap_or_default(),
-        zone: String::new(),
-        subzone: labels.get(SUBZONE_LABEL).cloned().unwrap_or_default(),
+/// The locality a Pod's own labels set, as Istio reads them (`topology.istio.io/locality`,
+/// else `istio-locality`); empty without either.
+fn pod_locality_label(labels: &BTreeMap<String, String>) -> Locality {
+    labels
+        .get(LOCALITY_LABEL)
+        .or_else(|| labels.get(LEGACY_LOCALITY_LABEL))
+        .map(|l| Locality::parse(l))
+        .unwrap_or_default()
+}
+
+/// What the mesh needs of a Node: its name and the locality its labels give (region and
+/// zone from Kubernetes' topology labels, GA names first, subzone from Istio's). The
+/// controller keeps only this.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct NodeInfo {
+    pub name: String,
+    pub locality: Locality,
+}
+
+impl NodeInfo {
+    pub fn from_k8s(node: &Node) -> NodeInfo {
+        let labels = node.metadata.labels.as_ref();
+        let label = |names: &[&str]| {
+            names
+                .iter()
+                .filter_map(|n| labels.and_then(|l| l.get(*n)))
+                .find(|v| !v.is_empty())
+                .cloned()
+                .unwrap_or_default()
+        };
+        NodeInfo {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            locality: Locality {
+                region: label(&[REGION_LABEL, BETA_REGION_LABEL]),
+                zone: label(&[ZONE_LABEL, BETA_ZONE_LABEL]),
+                subzone: label(&[SUBZONE_LABEL]),
+            },
+        }
     }
 }
 
@@ -199,7 +240,27 @@ pub fn service_from_k8s(svc: &KubeService, domain: &str) -> Result<Service, Vec<
         },
         creation_ms: creation_ms(&svc.metadata),
         subject_alt_names: Vec::new(),
+        send_unhealthy_endpoints: has_traffic_distribution(
+            spec.traffic_distribution.as_deref(),
+            svc.metadata.annotations.as_ref(),
+        ),
     })
+}
+
+/// Whether a Service asks for a traffic distribution Istio 1.30 acts on: the spec field
+/// (`PreferClose`, `PreferSameZone`, `PreferSameNode`), else Istio's annotation with the
+/// same values in any case. Istio's namespace-level annotation is not read.
+fn has_traffic_distribution(
+    spec: Option<&str>,
+    annotations: Option<&BTreeMap<String, String>>,
+) -> bool {
+    const KNOWN: [&str; 3] = ["PreferClose", "PreferSameZone", "PreferSameNode"];
+    if spec.is_some_and(|v| KNOWN.contains(&v)) {
+        return true;
+    }
+    annotations
+        .and_then(|a| a.get(TRAFFIC_DISTRIBUTION_ANNOTATION))
+        .is_some_and(|v| KNOWN.iter().any(|k| k.eq_ignore_ascii_case(v)))
 }
 
 /// `namespace/name` of a workload (built without `format!`: this runs once per endpoint).
@@ -211,15 +272,57 @@ pub fn workload_name(namespace: &str, name: &str) -> String {
     s
 }
 
-/// Pods by `(namespace, name)`, for EndpointSlice `targetRef` lookups. Borrows the pods:
-/// building it costs one hash insert per pod, no copies.
-pub type PodIndex<'a> = HashMap<(&'a str, &'a str), &'a PodInfo>;
+/// Pods by `(namespace, name)`, for EndpointSlice `targetRef` lookups, with the Nodes
+/// that give them their locality. Borrows pods and nodes: building it costs one hash
+/// insert per object, no copies.
+#[derive(Default)]
+pub struct PodIndex<'a> {
+    pods: HashMap<(&'a str, &'a str), &'a PodInfo>,
+    nodes: HashMap<&'a str, &'a Locality>,
+}
 
-/// Indexes `pods` by `(namespace, name)`.
-pub fn pod_index<'a>(pods: impl IntoIterator<Item = &'a PodInfo>) -> PodIndex<'a> {
-    pods.into_iter()
-        .map(|p| ((p.namespace.as_str(), p.name.as_str()), p))
-        .collect()
+impl<'a> PodIndex<'a> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn get(&self, namespace: &str, name: &str) -> Option<&'a PodInfo> {
+        self.pods.get(&(namespace, name)).copied()
+    }
+
+    /// Every indexed pod, in no particular order.
+    pub fn pods(&self) -> impl Iterator<Item = &'a PodInfo> + '_ {
+        self.pods.values().copied()
+    }
+
+    /// A pod's locality as Istio 1.30 gives it: its own locality label, else its Node's
+    /// topology labels; empty when neither is known.
+    pub fn locality(&self, pod: &PodInfo) -> Locality {
+        if !pod.locality.is_empty() {
+            return pod.locality.clone();
+        }
+        self.nodes
+            .get(pod.node_name.as_str())
+            .map(|l| (*l).clone())
+            .unwrap_or_default()
+    }
+}
+
+/// Indexes `pods` by `(namespace, name)` and `nodes` by name.
+pub fn pod_index<'a>(
+    pods: impl IntoIterator<Item = &'a PodInfo>,
+    nodes: impl IntoIterator<Item = &'a NodeInfo>,
+) -> PodIndex<'a> {
+    PodIndex {
+        pods: pods
+            .into_iter()
+            .map(|p| ((p.namespace.as_str(), p.name.as_str()), p))
+            .collect(),
+        nodes: nodes
+            .into_iter()
+            .map(|n| (n.name.as_str(), &n.locality))
+            .collect(),
+    }
 }
 
 /// The Service an EndpointSlice belongs to, as `(namespace, name)`.
@@ -230,7 +333,8 @@ pub fn slice_service(slice: &EndpointSlice) -> Option<(String, String)> {
 
 /// Endpoints of `service` from its EndpointSlices, one [`PortEndpoints`] per service port,
 /// sorted and de-duplicated (two slices may list the same address during a rollover).
-/// Labels and service account come from the Pod a slice endpoint's `targetRef` names.
+/// Labels and service account come from the Pod a slice endpoint's `targetRef` names,
+/// locality from that Pod's locality label or its Node ([`PodIndex::locality`]).
 pub fn endpoints_from_slices<'a>(
     service: &Service,
     slices: impl IntoIterator<Item = &'a EndpointSlice>,
@@ -273,11 +377,12 @@ pub fn endpoints_from_slices<'a>(
                             .as_deref()
                             .or(slice.metadata.namespace.as_deref())
                             .unwrap_or("default");
-                        pods.get(&(ns, r.name.as_deref().unwrap_or_default()))
-                            .copied()
+                        pods.get(ns, r.name.as_deref().unwrap_or_default())
                     });
-                let mut locality = pod.map(|p| p.locality.clone()).unwrap_or_default();
-                if locality.zone.is_empty()
+                let mut locality = pod.map(|p| pods.locality(p)).unwrap_or_default();
+                // Without the Pod's Node (a config folder without Node objects), the zone
+                // Kubernetes copied from that Node's label into the slice stands in.
+                if locality.is_empty()
                     && let Some(zone) = &ep.zone
                 {
                     locality.zone = zone.clone();
@@ -289,7 +394,6 @@ pub fn endpoints_from_slices<'a>(
                     locality,
                     health: EndpointHealth::from_conditions(
                         conditions.ready,
-                        conditions.serving,
                         conditions.terminating,
                     ),
                     service_account: pod.and_then(|p| p.service_account.clone()),
@@ -415,6 +519,39 @@ mod tests {
     }
 
     #[test]
+    fn traffic_distribution_sends_unhealthy_endpoints() {
+        let with = |spec: Option<&str>, annotation: Option<&str>| {
+            let mut svc = mk_service(
+                "a",
+                "ns1",
+                ServiceSpec {
+                    traffic_distribution: spec.map(str::to_string),
+                    ..Default::default()
+                },
+            );
+            svc.metadata.annotations = annotation
+                .map(|v| [(TRAFFIC_DISTRIBUTION_ANNOTATION.to_string(), v.to_string())].into());
+            service_from_k8s(&svc, "cluster.local")
+                .unwrap()
+                .send_unhealthy_endpoints
+        };
+        assert!(!with(None, None));
+        for value in ["PreferClose", "PreferSameZone", "PreferSameNode"] {
+            assert!(with(Some(value), None), "{value}");
+        }
+        // Values Istio does not act on.
+        assert!(!with(Some("Any"), None));
+        assert!(
+            !with(Some("preferclose"), None),
+            "the spec field is case-sensitive"
+        );
+        // The annotation, any case, when the field says nothing Istio knows.
+        assert!(with(None, Some("preferclose")));
+        assert!(with(Some("Other"), Some("PreferSameNode")));
+        assert!(!with(None, Some("nearby")));
+    }
+
+    #[test]
     fn export_to_annotation_is_read() {
         let mut svc = mk_service("a", "ns1", ServiceSpec::default());
         svc.metadata.annotations =
@@ -501,7 +638,8 @@ mod tests {
             conditions: Some(EndpointConditions {
                 ready,
                 serving: ready,
-                terminating: None,
+                // What Kubernetes (>= 1.26) writes for an endpoint that is not shutting down.
+                terminating: Some(false),
             }),
             target_ref: pod.map(|p| ObjectReference {
                 kind: Some("Pod".into()),
@@ -544,7 +682,7 @@ mod tests {
         .iter()
         .map(PodInfo::from_k8s)
         .collect();
-        let pods = pod_index(&infos);
+        let pods = pod_index(&infos, []);
         let slice = mk_slice(
             "default",
             "reviews",
@@ -606,18 +744,79 @@ mod tests {
         assert_eq!(eps[0].endpoints[0].port, 8080);
     }
 
+    fn mk_node(name: &str, labels: &[(&str, &str)]) -> NodeInfo {
+        NodeInfo::from_k8s(&Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
     #[test]
-    fn pod_locality_label_overrides() {
-        let mut pod = mk_pod(
-            "default",
-            "p",
-            &[("istio-locality", "us.us-east-1a.rack7")],
-            "10.0.0.1",
+    fn node_labels_give_the_locality_ga_names_first() {
+        let node = mk_node(
+            "n1",
+            &[
+                (REGION_LABEL, "eu"),
+                (BETA_REGION_LABEL, "old"),
+                (BETA_ZONE_LABEL, "eu-1b"),
+                (SUBZONE_LABEL, "rack2"),
+            ],
         );
-        let info = PodInfo::from_k8s(&pod);
-        assert_eq!(info.locality.to_string(), "us/us-east-1a/rack7");
-        pod.metadata.labels = Some([(REGION_LABEL.to_string(), "eu".to_string())].into());
-        assert_eq!(PodInfo::from_k8s(&pod).locality.region, "eu");
-        assert_eq!(PodInfo::from_k8s(&pod).ips, vec!["10.0.0.1".to_string()]);
+        assert_eq!(node.locality.to_string(), "eu/eu-1b/rack2");
+        assert_eq!(mk_node("bare", &[]).locality, Locality::default());
+    }
+
+    #[test]
+    fn pod_locality_comes_from_its_label_else_its_node() {
+        let with_node = |labels: &[(&str, &str)], node: &str| {
+            let mut pod = mk_pod("default", "p", labels, "10.0.0.1");
+            pod.spec.get_or_insert_default().node_name = Some(node.into());
+            PodInfo::from_k8s(&pod)
+        };
+        let nodes = [
+            mk_node("n1", &[(REGION_LABEL, "eu"), (ZONE_LABEL, "eu-1a")]),
+            mk_node("n2", &[(REGION_LABEL, "us"), (ZONE_LABEL, "us-1c")]),
+        ];
+        let pods = [
+            with_node(&[], "n1"),
+            // Istio's label wins over the Node, the new name over the legacy one.
+            with_node(&[(LEGACY_LOCALITY_LABEL, "us.us-east-1a.rack7")], "n1"),
+            with_node(
+                &[
+                    (LOCALITY_LABEL, "ap/ap-2b"),
+                    (LEGACY_LOCALITY_LABEL, "us.us-east-1a.rack7"),
+                ],
+                "n1",
+            ),
+            // Region labels on the Pod are not Istio's source: the Node is.
+            with_node(&[(REGION_LABEL, "moon")], "n2"),
+            with_node(&[], "unknown"),
+        ];
+        assert_eq!(pods[0].node_name, "n1");
+        let index = pod_index(&pods, &nodes);
+        let got: Vec<String> = pods.iter().map(|p| index.locality(p).to_string()).collect();
+        assert_eq!(
+            got,
+            [
+                "eu/eu-1a/",
+                "us/us-east-1a/rack7",
+                "ap/ap-2b/",
+                "us/us-1c/",
+                "//"
+            ]
+        );
+        assert_eq!(
+            PodInfo::from_k8s(&mk_pod("d", "p", &[], "10.0.0.1")).ips,
+            ["10.0.0.1"]
+        );
     }
 }

@@ -11,7 +11,7 @@ pub use endpoint::{
     Endpoint, EndpointHealth, Locality, PortEndpoints, ServiceEndpoints, labels_match,
 };
 pub use identity::{SpiffeId, SpiffeIdError};
-pub use kube::PodInfo;
+pub use kube::{NodeInfo, PodInfo};
 pub use proxy::{Proxy, ProxyGenerator, ProxyType};
 pub use service::{
     ALL_PROTOCOLS, ExportTo, Protocol, Resolution, Service, ServiceOrigin, ServicePort, TargetPort,

@@ -228,6 +228,11 @@ pub struct Service {
     /// ServiceEntry `subjectAltNames`: identities the host's servers may present, verified
     /// (with its endpoints' service accounts) where Istio verifies them.
     pub subject_alt_names: Vec<String>,
+    /// Whether EDS sends this service's unready (not terminating) endpoints, marked
+    /// `UNHEALTHY`, with the panic threshold off (Istio's `SupportsUnhealthyEndpoints`):
+    /// when the Service asks for a traffic distribution (zone-aware routing must know
+    /// how many endpoints are healthy to spill over) or the send-unhealthy option is on.
+    pub send_unhealthy_endpoints: bool,
 }
 
 impl Service {

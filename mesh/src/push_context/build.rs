@@ -24,6 +24,7 @@ use crate::api::{
 };
 use crate::config::{ConfigError, ConfigKey, ConfigKind};
 use crate::mesh_config::MeshConfig;
+use crate::model::kube::NodeInfo;
 use crate::model::kube::{
     PodIndex, creation_ms, endpoints_from_slices, namespace_of, pod_index, service_from_k8s,
     slice_service,
@@ -39,6 +40,8 @@ pub struct BuildInputs {
     pub services: Vec<Arc<KubeService>>,
     pub endpoint_slices: Vec<Arc<EndpointSlice>>,
     pub pods: Vec<Arc<PodInfo>>,
+    /// Nodes, for their Pods' locality.
+    pub nodes: Vec<Arc<NodeInfo>>,
     pub virtual_services: Vec<Arc<VirtualService>>,
     pub destination_rules: Vec<Arc<DestinationRule>>,
     pub service_entries: Vec<Arc<ServiceEntry>>,
@@ -46,6 +49,9 @@ pub struct BuildInputs {
     /// Findings made while reading the inputs (fields of Istio objects that Pilotfish does
     /// not know), reported with the build's own.
     pub input_warnings: Vec<ConfigError>,
+    /// Send every service's unready endpoints (Istio's `PILOT_SEND_UNHEALTHY_ENDPOINTS`,
+    /// off by default); without it only services with a traffic distribution do.
+    pub send_unhealthy_endpoints: bool,
 }
 
 /// What a build produces.
@@ -96,7 +102,10 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
     let mut declared = k8s_hosts.clone();
 
     // Endpoints for Kubernetes services.
-    let pod_index = pod_index(inputs.pods.iter().map(|p| &**p));
+    let pod_index = pod_index(
+        inputs.pods.iter().map(|p| &**p),
+        inputs.nodes.iter().map(|n| &**n),
+    );
     let mut endpoints = kube_endpoints(&services, &inputs.endpoint_slices, &pod_index);
 
     // ServiceEntries → services and endpoints.
@@ -121,7 +130,7 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
                     &meta.namespace,
                     meta.creation_ms,
                     &spec,
-                    inputs.pods.iter().map(|p| &**p),
+                    &pod_index,
                 )
             }
             None => match previous.map(|p| previous_entry(p, &meta)) {
@@ -162,6 +171,11 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
             services.push(s);
         }
         endpoints.extend(eps);
+    }
+    if inputs.send_unhealthy_endpoints {
+        for s in &mut services {
+            s.send_unhealthy_endpoints = true;
+        }
     }
     let known_hosts = KnownHosts::new(services.iter().map(|s| s.hostname.as_str()));
 
@@ -321,7 +335,10 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
 /// configs are taken from `previous` as they are, only endpoints are recomputed.
 pub fn build_endpoints_only(inputs: &BuildInputs, previous: &PushContext) -> PushContext {
     let data = previous.data();
-    let pod_index = pod_index(inputs.pods.iter().map(|p| &**p));
+    let pod_index = pod_index(
+        inputs.pods.iter().map(|p| &**p),
+        inputs.nodes.iter().map(|n| &**n),
+    );
     let k8s: Vec<Service> = data
         .services
         .iter()
@@ -349,7 +366,7 @@ pub fn build_endpoints_only(inputs: &BuildInputs, previous: &PushContext) -> Pus
                 &svc.namespace,
                 svc.creation_ms,
                 &spec,
-                inputs.pods.iter().map(|p| &**p),
+                &pod_index,
             );
             eps.into_iter().find(|e| e.hostname == svc.hostname)
         });

@@ -5,19 +5,20 @@
 use std::collections::BTreeMap;
 
 use crate::api::{Location, Resolution as SeResolution, ServiceEntrySpec};
+use crate::model::kube::PodIndex;
 use crate::model::{
     Endpoint, EndpointHealth, ExportTo, Locality, PodInfo, PortEndpoints, Protocol, Resolution,
     Service, ServiceEndpoints, ServiceOrigin, ServicePort, TargetPort, labels_match,
 };
 
 /// Converts an accepted (resolved) ServiceEntry. `pods` are candidates for its
-/// `workloadSelector` (only those in the entry's namespace are used).
+/// `workloadSelector` (only those in the entry's namespace are used), with their Nodes.
 pub fn services_from_entry<'p>(
     name: &str,
     namespace: &str,
     creation_ms: i64,
     spec: &ServiceEntrySpec,
-    pods: impl IntoIterator<Item = &'p PodInfo>,
+    pods: &PodIndex<'p>,
 ) -> (Vec<Service>, Vec<ServiceEndpoints>) {
     let resolution = match spec.resolution.unwrap_or(SeResolution::None) {
         SeResolution::None => Resolution::Passthrough,
@@ -46,7 +47,7 @@ pub fn services_from_entry<'p>(
         .unwrap_or_default();
     let selected: Vec<&PodInfo> = if spec.workload_selector.is_some() {
         let mut v: Vec<&PodInfo> = pods
-            .into_iter()
+            .pods()
             .filter(|p| p.namespace == namespace && labels_match(&selector, &p.labels))
             .collect();
         v.sort_by(|a, b| a.name.cmp(&b.name));
@@ -74,6 +75,7 @@ pub fn services_from_entry<'p>(
             mesh_external: spec.location.unwrap_or(Location::MeshExternal)
                 == Location::MeshExternal,
             external_name: None,
+            send_unhealthy_endpoints: false,
             creation_ms,
             subject_alt_names: spec.subject_alt_names.clone(),
         });
@@ -110,7 +112,7 @@ pub fn services_from_entry<'p>(
                         address: ip.clone(),
                         port: target,
                         labels: pod.labels.clone(),
-                        locality: pod.locality.clone(),
+                        locality: pods.locality(pod),
                         health: if pod.ready {
                             EndpointHealth::Healthy
                         } else {
@@ -177,6 +179,7 @@ fn endpoint_labels(we: &crate::api::WorkloadEntry) -> BTreeMap<String, String> {
 mod tests {
     use super::*;
     use crate::api::ServiceEntry;
+    use crate::model::kube::pod_index;
 
     fn spec(yaml: &str) -> ServiceEntrySpec {
         let se: ServiceEntry = crate::api::parse_strict_yaml(&format!(
@@ -191,7 +194,7 @@ mod tests {
         let s = spec(
             "  hosts: [api.example.com]\n  ports: [{number: 443, name: https, protocol: HTTPS}]\n  resolution: DNS\n",
         );
-        let (services, eps) = services_from_entry("e", "ns", 0, &s, []);
+        let (services, eps) = services_from_entry("e", "ns", 0, &s, &PodIndex::new());
         assert_eq!(services[0].resolution, Resolution::Dns);
         assert!(services[0].mesh_external);
         assert_eq!(services[0].ports[0].protocol, Protocol::Https);
@@ -204,7 +207,7 @@ mod tests {
         let s = spec(
             "  hosts: [vm.internal]\n  location: MESH_INTERNAL\n  ports: [{number: 80, name: http, protocol: HTTP, targetPort: 8080}]\n  resolution: STATIC\n  endpoints:\n  - {address: 10.0.0.2, labels: {version: v2}, locality: us/us-1a}\n  - {address: 10.0.0.1, ports: {http: 9090}, weight: 3}\n",
         );
-        let (services, eps) = services_from_entry("e", "ns", 0, &s, []);
+        let (services, eps) = services_from_entry("e", "ns", 0, &s, &PodIndex::new());
         assert!(!services[0].mesh_external);
         let list = &eps[0].ports[0].endpoints;
         assert_eq!(list[0].address, "10.0.0.1");
@@ -236,7 +239,7 @@ mod tests {
             mk("other", "b", "x", "10.0.0.2"),
             mk("ns", "c", "y", "10.0.0.3"),
         ];
-        let (_, eps) = services_from_entry("e", "ns", 0, &s, &pods);
+        let (_, eps) = services_from_entry("e", "ns", 0, &s, &pod_index(&pods, []));
         let addrs: Vec<_> = eps[0].ports[0]
             .endpoints
             .iter()

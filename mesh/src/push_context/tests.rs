@@ -66,7 +66,7 @@ endpoints:
 - addresses: [10.1.0.1]
   targetRef: {kind: Pod, name: reviews-v1}
 - addresses: [10.1.0.2]
-  conditions: {ready: false}
+  conditions: {ready: false, terminating: false}
   targetRef: {kind: Pod, name: reviews-v2}
 ";
 
@@ -417,10 +417,10 @@ spec:
 fn endpoint_only_changes_are_recognised_and_the_cheap_path_matches_a_full_build() {
     let base = inputs(&format!("{REVIEWS}{ROUTING}"));
     let first = build(&base, None).context;
-    let moved = inputs(
-        &format!("{REVIEWS}{ROUTING}")
-            .replace("conditions: {ready: false}", "conditions: {ready: true}"),
-    );
+    let moved = inputs(&format!("{REVIEWS}{ROUTING}").replace(
+        "conditions: {ready: false, terminating: false}",
+        "conditions: {ready: true}",
+    ));
     let full = build(&moved, Some(&first)).context;
     let summary = diff(&first, &full);
     assert!(summary.is_endpoints_only(), "{summary:?}");

@@ -86,6 +86,21 @@ pub(crate) fn served(follower: &Follower<PushContext>) -> Option<Option<Vec<i32>
     follower.current().map(|f| reviews_weights(&f.value))
 }
 
+/// `address=region/zone/subzone` of every reviews endpoint (port 9080) in a snapshot.
+fn reviews_localities(ctx: &PushContext) -> Option<Vec<String>> {
+    let svc = ctx.service_for("reviews.default.svc.cluster.local", "default")?;
+    let mut out: Vec<String> = ctx
+        .endpoints(svc)?
+        .ports
+        .iter()
+        .flat_map(|p| &p.endpoints)
+        .map(|e| format!("{}={}", e.workload.as_deref().unwrap_or("?"), e.locality))
+        .collect();
+    out.sort();
+    out.dedup();
+    Some(out)
+}
+
 /// The value of one sample (`name{labels}`) in a Prometheus text page; 0 when absent.
 pub(crate) fn metric(page: &str, sample: &str) -> f64 {
     page.lines()
@@ -418,6 +433,40 @@ async fn controllers_publish_mark_invalid_configs_fail_over_and_fence() {
     let mut controllers = [&mut a, &mut b];
     let first = leader_of(&[&*controllers[0], &*controllers[1]]).await;
     println!("leader: {}", controllers[first].name);
+
+    // --- locality from the Pod's Node, following the Node's labels ---
+    let localities = || {
+        follower
+            .current()
+            .and_then(|f| reviews_localities(&f.value))
+    };
+    assert_eq!(
+        localities(),
+        Some(vec![
+            "default/reviews-v1=//".to_string(),
+            "default/reviews-v2=//".to_string()
+        ]),
+        "no Node yet: no locality"
+    );
+    cluster.apply("reviews-nodes.yaml").await;
+    eventually("reviews-v1 in its Node's locality", || {
+        (localities()?.first()? == "default/reviews-v1=eu/eu-1a/rack1").then_some(())
+    })
+    .await;
+    cluster
+        .kubectl(&[
+            "label",
+            "node",
+            "node-a",
+            "topology.kubernetes.io/zone=eu-1b",
+            "--overwrite",
+        ])
+        .await;
+    eventually("the relabelled Node's zone", || {
+        (localities()? == ["default/reviews-v1=eu/eu-1b/rack1", "default/reviews-v2=//"])
+            .then_some(())
+    })
+    .await;
 
     // --- an invalid edit: marked, reported, and the previous routing holds ---
     cluster.apply("reviews-invalid.yaml").await;

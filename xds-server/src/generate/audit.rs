@@ -6,7 +6,9 @@
 //! (a sidecar has one per service with listeners of its own), every EDS cluster gets a
 //! ClusterLoadAssignment, no name appears twice in a response, no two listeners claim
 //! one address (Envoy hands a connection to the listener of its exact address), and no
-//! route configuration lists a domain or a virtual host name twice (Envoy rejects it).
+//! route configuration lists a domain or a virtual host name twice (Envoy rejects it),
+//! and no cluster's TLS matches subject alt names without a CA to verify the chain with
+//! (Envoy rejects that too).
 //! The generators never emit one (the sanitizers replace it before
 //! sending), so a finding is a bug: logged at error level and counted in
 //! `pilotfish_xds_inconsistent_references_total`. The feed runs it after each hand-off.
@@ -26,6 +28,7 @@ use prost::Message;
 use super::findings::Finding;
 use super::sanitize::{listener_address, listener_references, route_clusters};
 use super::snapshot::{GeneratedSnapshot, report};
+use super::tls::matches_sans_without_a_ca;
 use crate::ads::XdsType;
 
 /// One reference that does not resolve.
@@ -121,6 +124,16 @@ pub fn check_view(view_name: &str, view: &View) -> Vec<BrokenReference> {
                     "EDS cluster without a ClusterLoadAssignment",
                 ));
             }
+        }
+        if c.transport_socket
+            .as_ref()
+            .is_some_and(matches_sans_without_a_ca)
+        {
+            out.push(broken(
+                &c.name,
+                "transport_socket",
+                "TLS matches subject alt names without a trusted CA",
+            ));
         }
     }
     for rc in &view.routes {

@@ -13,13 +13,14 @@ use envoy_types::pb::envoy::config::cluster::v3::{
     circuit_breakers::Thresholds,
     cluster::{
         ClusterDiscoveryType, CommonLbConfig, DiscoveryType, DnsLookupFamily, EdsClusterConfig,
-        LbConfig, LbPolicy, MaglevLbConfig, RingHashLbConfig,
+        LbConfig, LbPolicy, MaglevLbConfig, OriginalDstLbConfig, RingHashLbConfig,
         common_lb_config::{LocalityConfigSpecifier, LocalityWeightedLbConfig},
     },
 };
 use envoy_types::pb::envoy::config::core::v3::{
     BindConfig, Http1ProtocolOptions, Http2ProtocolOptions, HttpProtocolOptions as CoreHttpOptions,
-    RoutingPriority, SocketAddress, TcpKeepalive, socket_address::PortSpecifier,
+    RoutingPriority, SocketAddress, TcpKeepalive, UpstreamHttpProtocolOptions,
+    socket_address::PortSpecifier,
 };
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
     HttpProtocolOptions,
@@ -33,7 +34,7 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use pilotfish_mesh::api::{
     ConnectionPoolSettings, H2UpgradePolicy, LoadBalancerSettings, OutlierDetection, SimpleLb,
 };
-use pilotfish_mesh::model::Protocol;
+use pilotfish_mesh::model::{Protocol, Resolution, ServiceOrigin, TargetPort};
 use pilotfish_mesh::push_context::PushContext;
 
 use super::eds::{cluster_endpoints, dns_load_assignment};
@@ -42,7 +43,7 @@ use super::identities::with_default_sans;
 use super::names;
 use super::plan::{ClusterPlan, Discovery, OutboundPlan};
 use super::scope::{Flavor, InboundPort};
-use super::tls::transport_socket;
+use super::tls::{auto_sni_and_san, transport_socket};
 use super::upstream::{apply_connection_options, slow_start_lb_config};
 use super::util::{ads_config_source, any, api_duration, duration, u32_value};
 
@@ -95,6 +96,8 @@ fn outbound_cluster(
     findings: &mut Vec<Finding>,
 ) -> Cluster {
     let policy = &plan.policy;
+    // The rule's TLS with the host's identities as SANs where Istio adds them.
+    let tls = with_default_sans(policy.tls.as_ref(), push, &plan.service);
     let pool = policy.connection_pool.as_ref();
     let connect_timeout = pool
         .and_then(|p| p.tcp.as_ref())
@@ -152,6 +155,14 @@ fn outbound_cluster(
             cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(
                 DiscoveryType::OriginalDst as i32,
             ));
+            // Istio >= 1.22 (ENABLE_RESOLUTION_NONE_TARGET_PORT): a `resolution: NONE`
+            // ServiceEntry port's `targetPort` replaces the port the client dialled.
+            if let Some(target) = passthrough_target_port(plan) {
+                cluster.lb_config = Some(LbConfig::OriginalDstLbConfig(OriginalDstLbConfig {
+                    upstream_port_override: u32_value(target),
+                    ..Default::default()
+                }));
+            }
         }
     }
 
@@ -170,11 +181,18 @@ fn outbound_cluster(
             .as_ref()
             .and_then(|l| l.locality_lb_setting.as_ref())
             .is_some_and(|l| !l.distribute.is_empty() && l.enabled != Some(false));
-    let panic_threshold = policy
-        .outlier_detection
-        .as_ref()
-        .and_then(|o| o.min_health_percent)
-        .filter(|p| *p >= 0);
+    // Istio turns the panic threshold off (0) with outlier detection unless
+    // `minHealthPercent` says otherwise, and always when unready endpoints are sent (in
+    // panic Envoy would route to them).
+    let panic_threshold = if plan.service.send_unhealthy_endpoints {
+        Some(0)
+    } else {
+        policy
+            .outlier_detection
+            .as_ref()
+            .map(|o| o.min_health_percent.unwrap_or(0))
+            .filter(|p| *p >= 0)
+    };
     if flavor == Flavor::Sidecar && (locality_weighted || panic_threshold.is_some()) {
         cluster.common_lb_config = Some(CommonLbConfig {
             healthy_panic_threshold: panic_threshold.map(|p| Percent {
@@ -211,7 +229,29 @@ fn outbound_cluster(
                 ..Default::default()
             });
         }
-        if let Some(options) = http_protocol_options(plan.port.protocol, pool) {
+        let mut options = http_protocol_options(plan.port.protocol, pool);
+        if let Some((auto_sni, auto_san_validation)) = auto_sni_and_san(tls.as_deref(), flavor)
+        {
+            // Istio sets these on every SIMPLE/MUTUAL cluster, HTTP/1.1 when nothing else
+            // chose the upstream protocol.
+            options
+                .get_or_insert_with(|| HttpProtocolOptions {
+                    upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(
+                        ExplicitHttpConfig {
+                            protocol_config: Some(ProtocolConfig::HttpProtocolOptions(
+                                Http1ProtocolOptions::default(),
+                            )),
+                        },
+                    )),
+                    ..Default::default()
+                })
+                .upstream_http_protocol_options = Some(UpstreamHttpProtocolOptions {
+                auto_sni,
+                auto_san_validation,
+                ..Default::default()
+            });
+        }
+        if let Some(options) = options {
             cluster
                 .typed_extension_protocol_options
                 .insert(HTTP_PROTOCOL_OPTIONS.to_string(), any(&options));
@@ -227,19 +267,25 @@ fn outbound_cluster(
         )));
     }
 
-    let default_sni = (plan.service.mesh_external && !plan.service.is_wildcard())
-        .then_some(plan.service.hostname.as_str());
-    let tls = with_default_sans(policy.tls.as_ref(), push, &plan.service);
     cluster.transport_socket = transport_socket(
         tls.as_deref(),
         flavor,
         &plan.name,
         (plan.port.port, &plan.subset, &plan.service.hostname),
-        default_sni,
         findings,
     );
     apply_connection_options(&mut cluster, policy, flavor, findings);
     cluster
+}
+
+/// The `targetPort` of a `resolution: NONE` ServiceEntry's port, when it is set.
+fn passthrough_target_port(plan: &ClusterPlan) -> Option<u32> {
+    let entry = matches!(plan.service.origin, ServiceOrigin::ServiceEntry { .. })
+        && plan.service.resolution == Resolution::Passthrough;
+    match &plan.port.target_port {
+        Some(TargetPort::Number(n)) if entry => Some(*n),
+        _ => None,
+    }
 }
 
 /// The load balancer of a cluster.
@@ -359,7 +405,8 @@ pub fn circuit_breakers(pool: Option<&ConnectionPoolSettings>, flavor: Flavor) -
                 limit(http.and_then(|h| h.http2_max_requests)).unwrap_or(u32::MAX),
             ),
             max_retries: u32_value(limit(http.and_then(|h| h.max_retries)).unwrap_or(u32::MAX)),
-            track_remaining: true,
+            // Istio >= 1.29 (DISABLE_TRACK_REMAINING_CB_METRICS) no longer asks Envoy for
+            // the `remaining_*` gauges.
             ..Default::default()
         },
         Flavor::Proxyless => Thresholds {

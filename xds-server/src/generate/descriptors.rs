@@ -32,6 +32,7 @@ mod tests {
             "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
             "envoy.extensions.filters.http.router.v3.Router",
             "envoy.extensions.filters.http.fault.v3.HTTPFault",
+            "envoy.extensions.filters.http.grpc_web.v3.GrpcWeb",
             "envoy.extensions.filters.http.cors.v3.Cors",
             "envoy.extensions.filters.http.cors.v3.CorsPolicy",
             "envoy.extensions.filters.listener.original_dst.v3.OriginalDst",

@@ -1,9 +1,11 @@
 //! EDS: one ClusterLoadAssignment per EDS cluster of the plan, named like the cluster.
 //! Endpoints are the service port's endpoints selected by the subset's labels, grouped by
 //! locality (each group weighted by the sum of its endpoint weights, which gRPC requires),
-//! with health from EndpointSlice conditions: healthy endpoints are `HEALTHY`, terminating
-//! but serving ones `DRAINING`, and not-ready ones are left out (Istio's default: a
-//! mostly-unready service must not push Envoy into panic routing to unready pods).
+//! with health from EndpointSlice conditions, as Istio 1.30 sends them: ready endpoints are
+//! `HEALTHY`; terminating ones are left out; unready ones are left out too (a mostly-unready
+//! service must not push Envoy into panic routing to unready pods) unless the service sends
+//! unhealthy endpoints (a traffic distribution, or the send-unhealthy option), then they
+//! are `UNHEALTHY` and the cluster's panic threshold is 0.
 //!
 //! Locality-aware load balancing follows Istio: `distribute` re-weights localities for the
 //! proxy's locality; with outlier detection configured, endpoints are prioritised by how
@@ -82,7 +84,8 @@ pub fn load_assignment(
     }
 }
 
-/// The endpoints of a cluster's port and subset that are sent (unready ones are not).
+/// The endpoints of a cluster's port and subset that are sent, as Istio 1.30 picks them:
+/// terminating ones never, unready ones only when the service sends unhealthy endpoints.
 pub fn cluster_endpoints<'a>(push: &'a PushContext, cluster: &'a ClusterPlan) -> Vec<&'a Endpoint> {
     let Some(eps) = push
         .endpoints(&cluster.service)
@@ -91,8 +94,18 @@ pub fn cluster_endpoints<'a>(push: &'a PushContext, cluster: &'a ClusterPlan) ->
         return Vec::new();
     };
     eps.matching(&cluster.subset_labels)
-        .filter(|e| e.health != EndpointHealth::Unhealthy)
+        .filter(|e| is_sent(e.health, cluster.service.send_unhealthy_endpoints))
         .collect()
+}
+
+/// Whether an endpoint of this health is sent (Istio's endpoint builder filter).
+fn is_sent(health: EndpointHealth, send_unhealthy: bool) -> bool {
+    match health {
+        EndpointHealth::Healthy => true,
+        EndpointHealth::Unhealthy => send_unhealthy,
+        // A rollout's old Pods must count neither as healthy nor as unhealthy.
+        EndpointHealth::Terminating => false,
+    }
 }
 
 /// What locality-aware balancing needs to know.
@@ -184,8 +197,9 @@ fn lb_endpoint(e: &Endpoint) -> LbEndpoint {
     LbEndpoint {
         health_status: match e.health {
             EndpointHealth::Healthy => HealthStatus::Healthy,
-            EndpointHealth::Draining => HealthStatus::Draining,
             EndpointHealth::Unhealthy => HealthStatus::Unhealthy,
+            // Never sent (see `is_sent`).
+            EndpointHealth::Terminating => HealthStatus::Draining,
         } as i32,
         load_balancing_weight: e.weight.and_then(u32_value),
         host_identifier: Some(HostIdentifier::Endpoint(EnvoyEndpoint {

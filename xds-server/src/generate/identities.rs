@@ -45,8 +45,8 @@ pub fn endpoint_identities(
 /// The TLS settings a cluster of `service` is built from: the DestinationRule's, with the
 /// host's identities as `subjectAltNames` where Istio puts them — `ISTIO_MUTUAL`, and
 /// `SIMPLE`/`MUTUAL` to a ServiceEntry host — when the rule names none. For `SIMPLE`/
-/// `MUTUAL` only where a root to verify against is configured (`caCertificates` or
-/// `credentialName`): without one, a SAN check is a validation context Envoy rejects.
+/// `MUTUAL` there is always a root to verify against (the rule's, else the OS roots as
+/// `file-root:system`), so SANs never come without a CA.
 pub fn with_default_sans<'a>(
     tls: Option<&'a ClientTlsSettings>,
     push: &PushContext,
@@ -60,7 +60,6 @@ pub fn with_default_sans<'a>(
         Some(TlsMode::IstioMutual) => true,
         Some(TlsMode::Simple | TlsMode::Mutual) => {
             matches!(service.origin, ServiceOrigin::ServiceEntry { .. })
-                && (tls.ca_certificates.is_some() || tls.credential_name.is_some())
         }
         _ => false,
     };

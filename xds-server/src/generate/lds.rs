@@ -33,6 +33,7 @@ use envoy_types::pb::envoy::config::listener::v3::{
 use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
 use envoy_types::pb::envoy::extensions::filters::http::cors::v3::Cors;
 use envoy_types::pb::envoy::extensions::filters::http::fault::v3::HttpFault;
+use envoy_types::pb::envoy::extensions::filters::http::grpc_web::v3::GrpcWeb;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
 use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
@@ -61,6 +62,8 @@ use super::util::{ads_config_source, any, bool_value, u32_value, zero_duration};
 
 pub const HCM_FILTER: &str = "envoy.filters.network.http_connection_manager";
 pub use super::l4::TCP_PROXY_FILTER;
+/// Envoy's gRPC-Web to gRPC translation, which Istio puts on `grpc-web` ports.
+pub const GRPC_WEB_FILTER: &str = "envoy.filters.http.grpc_web";
 
 /// The cluster unknown outbound traffic goes to.
 pub fn unknown_destination_cluster(push: &PushContext) -> &'static str {
@@ -130,7 +133,7 @@ fn own_listener(
                 config_source: Some(ads_config_source(true)),
                 route_config_name: names::host_port(&c.service.hostname, port),
             }),
-            sidecar_http_filters(),
+            sidecar_http_filters(c.port.protocol == Protocol::GrpcWeb),
         ))
     } else {
         let chains = l4_chains(push, proxy, plan, c, port, &[], findings);
@@ -294,7 +297,15 @@ fn shared_port_listener(
                 config_source: Some(ads_config_source(true)),
                 route_config_name: names::sidecar_route(port),
             }),
-            sidecar_http_filters(),
+            // Istio takes the port's protocol from one of its services; any grpc-web
+            // service the catch-all routes gets the filter here (it acts only on
+            // `application/grpc-web` requests).
+            sidecar_http_filters(
+                services
+                    .shared
+                    .iter()
+                    .any(|c| c.port.protocol == Protocol::GrpcWeb),
+            ),
         )
     } else if default_tcp.len() == 1 {
         default_tcp.remove(0)
@@ -323,13 +334,22 @@ fn shared_port_listener(
     }
 }
 
-/// fault, CORS, router: the sidecar's outbound HTTP filters (router last).
-fn sidecar_http_filters() -> Vec<HttpFilter> {
-    vec![
-        http_filter(FAULT_FILTER, any(&HttpFault::default())),
-        http_filter(CORS_FILTER, any(&Cors::default())),
-        http_filter(ROUTER_FILTER, any(&Router::default())),
-    ]
+/// fault, CORS, router: the sidecar's outbound HTTP filters (router last), after
+/// gRPC-Web on a `grpc-web` port, in Istio's order.
+fn sidecar_http_filters(grpc_web: bool) -> Vec<HttpFilter> {
+    grpc_web
+        .then(grpc_web_filter)
+        .into_iter()
+        .chain([
+            http_filter(FAULT_FILTER, any(&HttpFault::default())),
+            http_filter(CORS_FILTER, any(&Cors::default())),
+            http_filter(ROUTER_FILTER, any(&Router::default())),
+        ])
+        .collect()
+}
+
+fn grpc_web_filter() -> HttpFilter {
+    http_filter(GRPC_WEB_FILTER, any(&GrpcWeb::default()))
 }
 
 fn hcm_filter(
@@ -435,7 +455,7 @@ pub fn sidecar_inbound_listener(
         };
         let filter = || match protocol {
             ChainProtocol::Http => {
-                let env_route = default_inbound_route(&cluster, p.port);
+                let env_route = default_inbound_route(&cluster, p.port, p.protocol);
                 let mut hcm = sidecar_hcm(
                     format!("inbound_0.0.0.0_{}", p.port),
                     RouteSpecifier::RouteConfig(RouteConfiguration {
@@ -449,7 +469,11 @@ pub fn sidecar_inbound_listener(
                         validate_clusters: bool_value(false),
                         ..Default::default()
                     }),
-                    vec![http_filter(ROUTER_FILTER, any(&Router::default()))],
+                    (p.protocol == Protocol::GrpcWeb)
+                        .then(grpc_web_filter)
+                        .into_iter()
+                        .chain([http_filter(ROUTER_FILTER, any(&Router::default()))])
+                        .collect(),
                 );
                 // Istio's sidecar default: the workload learns its mTLS peer from the
                 // x-forwarded-client-cert header (subject, URI SAN = SPIFFE id, DNS SANs).
@@ -534,10 +558,11 @@ fn mtls_chains(
 fn default_inbound_route(
     cluster: &str,
     port: u32,
+    protocol: Protocol,
 ) -> envoy_types::pb::envoy::config::route::v3::Route {
     use super::route::route_match;
     use envoy_types::pb::envoy::config::route::v3::{
-        Decorator, Route, RouteAction,
+        Decorator, RetryPolicy, Route, RouteAction,
         route::Action,
         route_action::{ClusterSpecifier, MaxStreamDuration},
     };
@@ -555,6 +580,16 @@ fn default_inbound_route(
                 max_stream_duration: zero_duration(),
                 grpc_timeout_header_max: zero_duration(),
                 ..Default::default()
+            }),
+            // Istio >= 1.24 (ENABLE_INBOUND_RETRY_POLICY): a request the application's
+            // connection reset before it was sent is retried; not for gRPC, whose
+            // streams this breaks.
+            retry_policy: (!matches!(protocol, Protocol::Grpc | Protocol::GrpcWeb)).then(|| {
+                RetryPolicy {
+                    retry_on: "reset-before-request".to_string(),
+                    num_retries: u32_value(2),
+                    ..Default::default()
+                }
             }),
             ..Default::default()
         })),

@@ -68,9 +68,11 @@ pub fn outbound_sni(port: u32, subset: &str, host: &str) -> String {
 }
 
 /// The names a client in `proxy_namespace` may use for `service`, as Istio lists them in a
-/// virtual host: the FQDN; for Kubernetes services also `name.ns`, `name.ns.svc` and, from
-/// the same namespace, the bare `name`; the service's virtual IP. Each with and without
-/// `:<port>`. A wildcard ServiceEntry host is listed as is.
+/// virtual host: the FQDN, then the absolute FQDN with its trailing dot (Istio >= 1.27,
+/// PILOT_ENABLE_ABSOLUTE_FQDN_VHOST_DOMAIN: `curl http://reviews.ns.svc.cluster.local./`
+/// sends that Host); for Kubernetes services also `name.ns`, `name.ns.svc` and, from the
+/// same namespace, the bare `name`; the service's virtual IP. Each with and without
+/// `:<port>`. A wildcard ServiceEntry host is listed as is (and with its dot).
 pub fn service_domains(
     service: &Service,
     port: u32,
@@ -78,6 +80,9 @@ pub fn service_domains(
     cluster_domain: &str,
 ) -> Vec<String> {
     let mut hosts = vec![service.hostname.clone()];
+    if service.hostname.parse::<std::net::IpAddr>().is_err() {
+        hosts.push(format!("{}.", service.hostname));
+    }
     let kube_suffix = format!(".{}.svc.{cluster_domain}", service.namespace);
     if let Some(name) = service.hostname.strip_suffix(&kube_suffix) {
         if service.namespace == proxy_namespace {
@@ -126,6 +131,7 @@ mod tests {
             origin: ServiceOrigin::Kubernetes,
             mesh_external: false,
             external_name: None,
+            send_unhealthy_endpoints: false,
             creation_ms: 0,
             subject_alt_names: Vec::new(),
         }
@@ -167,6 +173,8 @@ mod tests {
             [
                 "reviews.bookinfo.svc.cluster.local:9080",
                 "reviews.bookinfo.svc.cluster.local",
+                "reviews.bookinfo.svc.cluster.local.:9080",
+                "reviews.bookinfo.svc.cluster.local.",
                 "reviews:9080",
                 "reviews",
                 "reviews.bookinfo:9080",
@@ -186,7 +194,12 @@ mod tests {
         let external = svc("api.example.com", "default", &["240.0.0.0/16"]);
         assert_eq!(
             service_domains(&external, 443, "default", "cluster.local"),
-            ["api.example.com:443", "api.example.com"]
+            [
+                "api.example.com:443",
+                "api.example.com",
+                "api.example.com.:443",
+                "api.example.com."
+            ]
         );
     }
 }

@@ -3,13 +3,17 @@
 //! Sidecars get every secret from their local SDS server (the `sds-grpc` cluster of the
 //! Istio bootstrap): `ISTIO_MUTUAL` uses the secrets `default` (workload certificate) and
 //! `ROOTCA`; certificate files become `file-cert:<cert>~<key>` and `file-root:<ca>`;
-//! `credentialName` becomes `kubernetes://<name>`. Pilotfish does not issue certificates
+//! `credentialName` becomes `kubernetes://<name>`. `SIMPLE`/`MUTUAL` without
+//! `caCertificates` verify the server against the OS roots (`file-root:system`, which
+//! Istio's agent serves), with automatic SNI and SAN validation when `sni` is unset: Istio's
+//! defaults since 1.21. Pilotfish does not issue certificates
 //! yet, so `ISTIO_MUTUAL` works only where the sidecar's own agent provides them (the
 //! builder puts a warning in the DestinationRule's status; we log it here too).
 //!
 //! Proxyless gRPC reads certificates through certificate-provider instances of its
 //! bootstrap and rejects SDS, so `ISTIO_MUTUAL` becomes provider instance `default`
-//! (certificates `default` and `ROOTCA`); `SIMPLE`/`MUTUAL` with files are left out.
+//! (certificates `default` and `ROOTCA`); `SIMPLE`/`MUTUAL` get no TLS (plaintext, as
+//! Istio's grpcgen leaves them), with a downgrade finding.
 
 use envoy_types::pb::envoy::config::core::v3::{
     ApiConfigSource, ApiVersion, ConfigSource, DataSource, GrpcService, TransportSocket,
@@ -23,6 +27,7 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher::MatchPattern};
 use pilotfish_mesh::api::{ClientTlsSettings, TlsMode};
+use prost::Message;
 
 use super::findings::{Downgrade, Finding};
 use super::names;
@@ -44,12 +49,11 @@ pub fn transport_socket(
     flavor: Flavor,
     cluster: &str,
     sni_parts: (u32, &str, &str),
-    default_sni: Option<&str>,
     findings: &mut Vec<Finding>,
 ) -> Option<TransportSocket> {
     let tls = tls?;
     let context = match flavor {
-        Flavor::Sidecar => sidecar_context(tls, sni_parts, default_sni, cluster, findings)?,
+        Flavor::Sidecar => sidecar_context(tls, sni_parts, cluster, findings)?,
         Flavor::Proxyless => proxyless_context(tls, cluster, findings)?,
     };
     Some(TransportSocket {
@@ -61,7 +65,6 @@ pub fn transport_socket(
 fn sidecar_context(
     tls: &ClientTlsSettings,
     (port, subset, host): (u32, &str, &str),
-    default_sni: Option<&str>,
     cluster: &str,
     findings: &mut Vec<Finding>,
 ) -> Option<UpstreamTlsContext> {
@@ -100,37 +103,30 @@ fn sidecar_context(
                         vec![sds_secret(&format!("file-cert:{cert}~{key}"))];
                 }
             }
-            let root = match (&tls.credential_name, &tls.ca_certificates) {
-                (Some(credential), _) => Some(format!("kubernetes://{credential}-cacert")),
-                (None, Some(ca)) => Some(format!("file-root:{ca}")),
-                (None, None) => None,
+            // Istio >= 1.21 (VERIFY_CERTIFICATE_AT_CLIENT): without `caCertificates` the
+            // server is verified against the OS roots, which Istio's agent serves as
+            // `file-root:system`; so there is always a CA to go with the SANs.
+            let root = match &tls.credential_name {
+                Some(credential) => format!("kubernetes://{credential}-cacert"),
+                None => format!("file-root:{}", ca_certificates_or_system(tls)),
             };
-            if !tls.insecure_skip_verify.unwrap_or(false) {
-                match root {
-                    Some(root) => {
-                        common.validation_context_type = Some(combined_validation(sans, &root))
-                    }
-                    None if !sans.is_empty() => {
-                        common.validation_context_type = Some(
-                            common_tls_context::ValidationContextType::ValidationContext(
-                                CertificateValidationContext {
-                                    match_typed_subject_alt_names: sans,
-                                    ..Default::default()
-                                },
-                            ),
-                        )
-                    }
-                    None => {}
-                }
-            }
-            if tls.credential_name.is_none() {
+            common.validation_context_type = Some(if tls.insecure_skip_verify.unwrap_or(false) {
+                // Istio's rendering: an empty context (no CA, no SANs) verifies nothing.
+                common_tls_context::ValidationContextType::ValidationContext(
+                    CertificateValidationContext::default(),
+                )
+            } else {
+                combined_validation(sans, &root)
+            });
+            // The CRL goes with file-based roots only (not a credential's, not the OS roots).
+            if tls.credential_name.is_none()
+                && tls.ca_certificates.as_deref().is_some_and(|ca| !ca.is_empty())
+            {
                 set_crl(&mut common, tls.ca_crl.as_deref());
             }
-            sni = tls
-                .sni
-                .clone()
-                .or_else(|| default_sni.map(str::to_string))
-                .unwrap_or_default();
+            // No `sni`: Envoy takes it from the request's Host (`auto_sni`, see
+            // [`auto_sni_and_san`]), as Istio >= 1.21 (ENABLE_AUTO_SNI) does.
+            sni = tls.sni.clone().unwrap_or_default();
         }
     }
     Some(UpstreamTlsContext {
@@ -138,6 +134,67 @@ fn sidecar_context(
         sni,
         ..Default::default()
     })
+}
+
+/// Whether an upstream TLS socket matches subject alt names with no CA to verify the chain
+/// with: Envoy rejects such a cluster ("SAN-based verification of peer certificates
+/// without trusted CA is insecure and not allowed"). For the consistency audit.
+// The deprecated fields are read on purpose: gRPC uses `match_subject_alt_names`, and a CA
+// may come from the older provider field of a combined context.
+#[allow(deprecated)]
+pub fn matches_sans_without_a_ca(socket: &TransportSocket) -> bool {
+    let Some(transport_socket::ConfigType::TypedConfig(config)) = &socket.config_type else {
+        return false;
+    };
+    let Ok(context) = UpstreamTlsContext::decode(config.value.as_slice()) else {
+        return false;
+    };
+    let has_sans = |v: &CertificateValidationContext| {
+        !v.match_typed_subject_alt_names.is_empty() || !v.match_subject_alt_names.is_empty()
+    };
+    let own_ca = |v: &CertificateValidationContext| {
+        v.trusted_ca.is_some() || v.ca_certificate_provider_instance.is_some()
+    };
+    match context
+        .common_tls_context
+        .and_then(|c| c.validation_context_type)
+    {
+        Some(common_tls_context::ValidationContextType::ValidationContext(v)) => {
+            has_sans(&v) && !own_ca(&v)
+        }
+        Some(common_tls_context::ValidationContextType::CombinedValidationContext(c)) => {
+            let from_elsewhere = c.validation_context_sds_secret_config.is_some()
+                || c.validation_context_certificate_provider_instance.is_some();
+            c.default_validation_context
+                .is_some_and(|v| has_sans(&v) && !own_ca(&v) && !from_elsewhere)
+        }
+        _ => false,
+    }
+}
+
+/// `caCertificates`, or `system` (the OS roots) when it is unset or empty, as Istio reads it.
+fn ca_certificates_or_system(tls: &ClientTlsSettings) -> &str {
+    tls.ca_certificates
+        .as_deref()
+        .filter(|ca| !ca.is_empty())
+        .unwrap_or("system")
+}
+
+/// Istio's automatic SNI and SAN validation for a sidecar's `SIMPLE`/`MUTUAL` origination
+/// (defaults since 1.21: ENABLE_AUTO_SNI, VERIFY_CERTIFICATE_AT_CLIENT): without `sni`
+/// Envoy sends the request's Host as SNI (`auto_sni`), and when no `subjectAltNames` are
+/// given either (and verification is not skipped) it checks that name against the server
+/// certificate (`auto_san_validation`). Returns `(auto_sni, auto_san_validation)`, `None`
+/// when neither applies. They are HTTP upstream options: Envoy's TCP proxy ignores them.
+pub fn auto_sni_and_san(tls: Option<&ClientTlsSettings>, flavor: Flavor) -> Option<(bool, bool)> {
+    let tls = tls?;
+    if flavor != Flavor::Sidecar || !matches!(tls.mode, Some(TlsMode::Simple | TlsMode::Mutual)) {
+        return None;
+    }
+    let auto_sni = tls.sni.as_deref().is_none_or(str::is_empty);
+    let auto_san =
+        auto_sni && tls.subject_alt_names.is_empty() && !tls.insecure_skip_verify.unwrap_or(false);
+    (auto_sni || auto_san).then_some((auto_sni, auto_san))
 }
 
 fn proxyless_context(
@@ -278,7 +335,6 @@ pub(super) fn sds_secret(name: &str) -> SdsSecretConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prost::Message;
 
     fn settings(mode: TlsMode) -> ClientTlsSettings {
         ClientTlsSettings {
@@ -303,7 +359,6 @@ mod tests {
                 Flavor::Sidecar,
                 "c",
                 (9080, "v1", "r.ns.svc.cluster.local"),
-                None,
                 &mut Vec::new(),
             )
             .unwrap(),
@@ -331,7 +386,6 @@ mod tests {
                 Flavor::Proxyless,
                 "c",
                 (1, "", "h"),
-                None,
                 &mut Vec::new(),
             )
             .unwrap(),
@@ -355,7 +409,6 @@ mod tests {
                 Flavor::Proxyless,
                 "c",
                 (1, "", "h"),
-                None,
                 &mut Vec::new()
             )
             .is_none()
@@ -376,12 +429,11 @@ mod tests {
                 Flavor::Sidecar,
                 "c",
                 (443, "", "api.example.com"),
-                Some("api.example.com"),
                 &mut Vec::new(),
             )
             .unwrap(),
         );
-        assert_eq!(ctx.sni, "api.example.com");
+        assert_eq!(ctx.sni, "", "no `sni`: Envoy's auto_sni takes the Host");
         let common = ctx.common_tls_context.unwrap();
         assert!(common.tls_certificate_sds_secret_configs.is_empty());
         let Some(common_tls_context::ValidationContextType::CombinedValidationContext(v)) =
@@ -408,7 +460,6 @@ mod tests {
                 Flavor::Sidecar,
                 "c",
                 (443, "", "h"),
-                None,
                 &mut Vec::new(),
             )
             .unwrap(),
@@ -424,10 +475,163 @@ mod tests {
                 Flavor::Sidecar,
                 "c",
                 (1, "", "h"),
-                None,
                 &mut Vec::new()
             )
             .is_none()
         );
+    }
+
+    /// The combined validation context's (SAN matchers, root secret), or `None` when the
+    /// context is a plain one.
+    fn validation(settings: &ClientTlsSettings) -> Option<(Vec<String>, String)> {
+        let ctx = context(
+            transport_socket(
+                Some(settings),
+                Flavor::Sidecar,
+                "c",
+                (443, "", "h"),
+                &mut Vec::new(),
+            )
+            .unwrap(),
+        );
+        match ctx.common_tls_context.unwrap().validation_context_type {
+            Some(common_tls_context::ValidationContextType::CombinedValidationContext(v)) => {
+                let sans = v
+                    .default_validation_context
+                    .unwrap()
+                    .match_typed_subject_alt_names
+                    .into_iter()
+                    .filter_map(|m| match m.matcher?.match_pattern? {
+                        MatchPattern::Exact(s) => Some(s),
+                        _ => None,
+                    })
+                    .collect();
+                Some((sans, v.validation_context_sds_secret_config.unwrap().name))
+            }
+            Some(common_tls_context::ValidationContextType::ValidationContext(v)) => {
+                assert_eq!(v, CertificateValidationContext::default(), "empty context");
+                None
+            }
+            other => panic!("unexpected validation: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn origination_without_a_ca_verifies_against_the_os_roots() {
+        for mode in [TlsMode::Simple, TlsMode::Mutual] {
+            let tls = ClientTlsSettings {
+                client_certificate: Some("/etc/c.pem".into()),
+                private_key: Some("/etc/k.pem".into()),
+                ..settings(mode)
+            };
+            assert_eq!(validation(&tls), Some((vec![], "file-root:system".into())));
+            // An empty `caCertificates` is unset to Istio too.
+            let empty = ClientTlsSettings {
+                ca_certificates: Some(String::new()),
+                ..tls.clone()
+            };
+            assert_eq!(
+                validation(&empty),
+                Some((vec![], "file-root:system".into()))
+            );
+            // SANs always come with a CA: never a SAN-only context (Envoy rejects it).
+            let sans = ClientTlsSettings {
+                subject_alt_names: vec!["api.example.com".into()],
+                ..tls.clone()
+            };
+            assert_eq!(
+                validation(&sans),
+                Some((vec!["api.example.com".into()], "file-root:system".into()))
+            );
+            let skip = ClientTlsSettings {
+                insecure_skip_verify: Some(true),
+                ..sans
+            };
+            assert_eq!(validation(&skip), None);
+        }
+        let credential = ClientTlsSettings {
+            credential_name: Some("egress".into()),
+            ..settings(TlsMode::Simple)
+        };
+        assert_eq!(
+            validation(&credential),
+            Some((vec![], "kubernetes://egress-cacert".into()))
+        );
+    }
+
+    #[test]
+    fn the_audit_spots_san_matching_without_a_ca() {
+        for mode in [TlsMode::Simple, TlsMode::Mutual, TlsMode::IstioMutual] {
+            let tls = ClientTlsSettings {
+                subject_alt_names: vec!["a.example.com".into()],
+                client_certificate: Some("/c.pem".into()),
+                private_key: Some("/k.pem".into()),
+                ..settings(mode)
+            };
+            for flavor in [Flavor::Sidecar, Flavor::Proxyless] {
+                if let Some(socket) =
+                    transport_socket(Some(&tls), flavor, "c", (1, "", "h"), &mut Vec::new())
+                {
+                    assert!(!matches_sans_without_a_ca(&socket), "{mode:?} {flavor:?}");
+                }
+            }
+        }
+        let san_only = UpstreamTlsContext {
+            common_tls_context: Some(CommonTlsContext {
+                validation_context_type: Some(
+                    common_tls_context::ValidationContextType::ValidationContext(
+                        CertificateValidationContext {
+                            match_typed_subject_alt_names: san_matchers(&["a".into()]),
+                            ..Default::default()
+                        },
+                    ),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let socket = TransportSocket {
+            name: TLS_TRANSPORT_SOCKET.into(),
+            config_type: Some(transport_socket::ConfigType::TypedConfig(any(&san_only))),
+        };
+        assert!(matches_sans_without_a_ca(&socket));
+    }
+
+    #[test]
+    fn auto_sni_and_san_validation_follow_istio() {
+        let simple = settings(TlsMode::Simple);
+        assert_eq!(
+            auto_sni_and_san(Some(&simple), Flavor::Sidecar),
+            Some((true, true))
+        );
+        assert_eq!(auto_sni_and_san(Some(&simple), Flavor::Proxyless), None);
+        let with_sans = ClientTlsSettings {
+            subject_alt_names: vec!["a".into()],
+            ..simple.clone()
+        };
+        assert_eq!(
+            auto_sni_and_san(Some(&with_sans), Flavor::Sidecar),
+            Some((true, false))
+        );
+        let skip = ClientTlsSettings {
+            insecure_skip_verify: Some(true),
+            ..simple.clone()
+        };
+        assert_eq!(
+            auto_sni_and_san(Some(&skip), Flavor::Sidecar),
+            Some((true, false))
+        );
+        let with_sni = ClientTlsSettings {
+            sni: Some("api.example.com".into()),
+            ..simple
+        };
+        assert_eq!(auto_sni_and_san(Some(&with_sni), Flavor::Sidecar), None);
+        for mode in [TlsMode::IstioMutual, TlsMode::Disable] {
+            assert_eq!(
+                auto_sni_and_san(Some(&settings(mode)), Flavor::Sidecar),
+                None
+            );
+        }
+        assert_eq!(auto_sni_and_san(None, Flavor::Sidecar), None);
     }
 }

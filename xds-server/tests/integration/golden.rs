@@ -15,14 +15,20 @@ use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::core::v3::{
-    Address, SocketAddress, address, socket_address::PortSpecifier,
+    Address, SocketAddress, TransportSocket, address, socket_address::PortSpecifier,
+    transport_socket,
 };
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::{
     Route, RouteAction, RouteConfiguration, VirtualHost, route::Action,
     route_action::ClusterSpecifier,
 };
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    CertificateValidationContext, CommonTlsContext, SubjectAltNameMatcher, UpstreamTlsContext,
+    common_tls_context::ValidationContextType, subject_alt_name_matcher::SanType,
+};
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
+use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher::MatchPattern};
 use envoy_types::pb::google::protobuf::{Any, Duration};
 use pilotfish_mesh::document::{MeshObject, parse_text, to_inputs};
 use pilotfish_mesh::mesh_config::MeshConfig;
@@ -58,6 +64,11 @@ const CASES: &[(&str, Option<&str>, &str)] = &[
     ("mtls-port-level", None, "client"),
     ("catch-all", None, "client"),
     ("istio-fields", None, "client"),
+    ("default-retries", None, "client"),
+    ("tls-system-roots", None, "client"),
+    ("unready-endpoints", None, "client"),
+    ("grpc-web", None, "client"),
+    ("passthrough-target-port", None, "client"),
 ];
 
 const TYPES: [(XdsType, &str); 4] = [
@@ -291,6 +302,39 @@ fn the_envoy_validation_checker_rejects_broken_resources() {
         }),
         ..Default::default()
     };
+    // Subject alt names to match and no CA to verify the chain with.
+    let san_only = Cluster {
+        name: "outbound|443||api.example.com".into(),
+        transport_socket: Some(TransportSocket {
+            name: "envoy.transport_sockets.tls".into(),
+            config_type: Some(transport_socket::ConfigType::TypedConfig(Any {
+                type_url: UpstreamTlsContext::type_url(),
+                value: UpstreamTlsContext {
+                    common_tls_context: Some(CommonTlsContext {
+                        validation_context_type: Some(ValidationContextType::ValidationContext(
+                            CertificateValidationContext {
+                                match_typed_subject_alt_names: vec![SubjectAltNameMatcher {
+                                    san_type: SanType::Dns as i32,
+                                    matcher: Some(StringMatcher {
+                                        match_pattern: Some(MatchPattern::Exact(
+                                            "api.example.com".into(),
+                                        )),
+                                        ignore_case: false,
+                                    }),
+                                    ..Default::default()
+                                }],
+                                ..Default::default()
+                            },
+                        )),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }
+                .encode_to_vec(),
+            })),
+        }),
+        ..Default::default()
+    };
     let dangling = RouteConfiguration {
         name: "80".into(),
         virtual_hosts: vec![VirtualHost {
@@ -347,6 +391,7 @@ fn the_envoy_validation_checker_rejects_broken_resources() {
                 resources: vec![
                     any(&|| (Cluster::type_url(), nameless.encode_to_vec())),
                     any(&|| (Cluster::type_url(), no_timeout.encode_to_vec())),
+                    any(&|| (Cluster::type_url(), san_only.encode_to_vec())),
                 ],
                 ..Default::default()
             },
@@ -380,6 +425,7 @@ fn the_envoy_validation_checker_rejects_broken_resources() {
         "listeners 10.0.0.1_80 and twin share the address 10.0.0.1:80",
         "no listener asks RDS for route configuration '80'",
         "route configuration '80' lists domain 'a' twice",
+        "cluster outbound|443||api.example.com: SAN-based verification of peer certificates without trusted CA",
     ] {
         assert!(
             output.contains(expected),

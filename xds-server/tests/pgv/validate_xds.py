@@ -8,6 +8,11 @@
    every one exists because a listener asks for it, every EDS cluster gets a
    ClusterLoadAssignment, no name appears twice in a response, no two listeners share an
    address, and no route configuration lists a domain or a virtual host name twice.
+3. Envoy's own acceptance rules for upstream TLS that PGV does not express: a certificate
+   validation context that matches subject alt names must have a trusted CA (Envoy:
+   "SAN-based verification of peer certificates without trusted CA is insecure and not
+   allowed") — a `trusted_ca`, a CA certificate provider, or, in a combined context, the
+   SDS secret or provider the CA comes from.
 
 Input: a directory tree of `<view>.<type>.pb` files (each an encoded
 envoy.service.discovery.v3.DiscoveryResponse), where `<type>` is cds, eds, lds or rds;
@@ -39,6 +44,7 @@ TYPES = {
     "lds": listener_pb2.Listener,
     "rds": route_pb2.RouteConfiguration,
 }
+UPSTREAM_TLS = "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
 HCM = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 TCP_PROXY = "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy"
 
@@ -165,6 +171,44 @@ def listener_references(listener):
     return clusters, rds
 
 
+def san_without_ca(common):
+    """Why Envoy would reject the validation of a CommonTlsContext, or None."""
+    kind = common.WhichOneof("validation_context_type")
+    if kind == "validation_context":
+        ctx, extra_ca = common.validation_context, False
+    elif kind == "combined_validation_context":
+        combined = common.combined_validation_context
+        ctx = combined.default_validation_context
+        extra_ca = combined.HasField("validation_context_sds_secret_config") or combined.HasField(
+            "validation_context_certificate_provider_instance"
+        )
+    else:
+        return None
+    has_sans = len(ctx.match_typed_subject_alt_names) > 0 or len(ctx.match_subject_alt_names) > 0
+    has_ca = (
+        extra_ca or ctx.HasField("trusted_ca") or ctx.HasField("ca_certificate_provider_instance")
+    )
+    if has_sans and not has_ca:
+        return "SAN-based verification of peer certificates without trusted CA"
+    return None
+
+
+def check_upstream_tls(view, cluster, problems):
+    sockets = []
+    if cluster.HasField("transport_socket"):
+        sockets.append(cluster.transport_socket)
+    sockets.extend(m.transport_socket for m in cluster.transport_socket_matches)
+    for socket in sockets:
+        if not socket.HasField("typed_config"):
+            continue
+        inner, name = unpack(socket.typed_config)
+        if name != UPSTREAM_TLS or inner is None:
+            continue
+        why = san_without_ca(inner.common_tls_context)
+        if why:
+            problems.append(f"{view}: cluster {cluster.name}: {why} (Envoy rejects it)")
+
+
 def check_view(view, resources, problems):
     def names(kind, name_of):
         seen = set()
@@ -180,6 +224,7 @@ def check_view(view, resources, problems):
     names("lds", lambda l: l.name)
     routes = names("rds", lambda r: r.name)
     for c in resources.get("cds", []):
+        check_upstream_tls(view, c, problems)
         if c.type == cluster_pb2.Cluster.EDS:
             service = c.eds_cluster_config.service_name or c.name
             if service not in assignments:

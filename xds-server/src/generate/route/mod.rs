@@ -135,8 +135,11 @@ pub fn translate(env: &RouteEnv<'_>, route: &HttpRoute) -> TranslatedAction {
         ..Default::default()
     };
     policy::apply_timeouts(&mut ra, route.timeout.as_ref());
-    ra.retry_policy = policy::retry_policy(route.retries.as_ref());
     ra.hash_policy = policy::route_hash_policy(env.plan, &ra);
+    // Istio keeps a retry on the hashed host only for a single destination.
+    let consistent_hash = matches!(ra.cluster_specifier, Some(ClusterSpecifier::Cluster(_)))
+        && !ra.hash_policy.is_empty();
+    ra.retry_policy = policy::retry_policy(route.retries.as_ref(), consistent_hash);
     ra.request_mirror_policies = policy::mirror_policies(env, route, &mut t.mirror_findings);
     if let Some(rewrite) = &route.rewrite {
         action::apply_rewrite(rewrite, &mut ra, &mut host_rewrite);
@@ -336,7 +339,8 @@ pub fn default_route(
 ) -> (Route, Vec<Downgrade>) {
     let mut action = RouteAction {
         cluster_specifier: Some(ClusterSpecifier::Cluster(cluster.to_string())),
-        retry_policy: policy::retry_policy(None),
+        // Istio's default route keeps the previous-hosts predicate even when hashing.
+        retry_policy: policy::retry_policy(None, false),
         ..Default::default()
     };
     policy::apply_timeouts(&mut action, None);

@@ -38,7 +38,11 @@ use crate::generate::util::{
     zero_duration,
 };
 
-/// Istio's default retry policy for sidecars (when a route sets no `retries`).
+/// Istio's default retry policy for sidecars (when a route sets no `retries`, and the
+/// conditions of a `retries` without `retryOn`). Since Istio 1.24 it names no status
+/// code: `retriable-status-codes` with an empty code list retries nothing, so a 503 (which
+/// may come after a non-idempotent request reached the application) is not retried
+/// (`EXCLUDE_UNSAFE_503_FROM_DEFAULT_RETRY`, the only behaviour left in 1.30).
 const DEFAULT_RETRY_ON: &str =
     "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes";
 /// The gRPC status names gRPC's xDS client retries on; others are ignored by it.
@@ -78,8 +82,12 @@ pub fn restrict_timeouts(
 }
 
 /// Istio's retry policy for a route. Without `retries` Istio's default applies (two
-/// retries on connection failures and 503); `attempts: 0` disables retries.
-pub fn retry_policy(retries: Option<&HttpRetry>) -> Option<RetryPolicy> {
+/// retries on connection failures, refused streams and gRPC `unavailable`/`cancelled`,
+/// never on an HTTP status); `attempts: 0` disables retries. `consistent_hash` (a
+/// single-destination route whose DestinationRule hashes) drops the previous-hosts
+/// predicate unless `retryIgnorePreviousHosts` asks for it: a retry must stay on the
+/// host the hash picked.
+pub fn retry_policy(retries: Option<&HttpRetry>, consistent_hash: bool) -> Option<RetryPolicy> {
     let host_predicate = || {
         RetryHostPredicate {
         name: "envoy.retry_host_predicates.previous_hosts".to_string(),
@@ -94,9 +102,12 @@ pub fn retry_policy(retries: Option<&HttpRetry>) -> Option<RetryPolicy> {
         return Some(RetryPolicy {
             retry_on: DEFAULT_RETRY_ON.to_string(),
             num_retries: u32_value(2),
-            retry_host_predicate: vec![host_predicate()],
+            retry_host_predicate: if consistent_hash {
+                Vec::new()
+            } else {
+                vec![host_predicate()]
+            },
             host_selection_retry_max_attempts: 5,
-            retriable_status_codes: vec![503],
             ..Default::default()
         });
     };
@@ -121,7 +132,7 @@ pub fn retry_policy(retries: Option<&HttpRetry>) -> Option<RetryPolicy> {
         }
         None => (
             DEFAULT_RETRY_ON.split(',').map(str::to_string).collect(),
-            vec![503],
+            Vec::new(),
         ),
     };
     // Envoy and gRPC both require a positive base interval.
@@ -138,7 +149,7 @@ pub fn retry_policy(retries: Option<&HttpRetry>) -> Option<RetryPolicy> {
         retry_on: retry_on.join(","),
         num_retries: u32_value(attempts as u32),
         per_try_timeout: r.per_try_timeout.as_ref().and_then(api_duration),
-        retry_host_predicate: if r.retry_ignore_previous_hosts.unwrap_or(true) {
+        retry_host_predicate: if r.retry_ignore_previous_hosts.unwrap_or(!consistent_hash) {
             vec![host_predicate()]
         } else {
             Vec::new()
@@ -294,6 +305,9 @@ pub fn mirror_policies(
                     ..Default::default()
                 }),
                 trace_sampled: bool_value(false),
+                // Istio >= 1.28 (DISABLE_SHADOW_HOST_SUFFIX): the mirror keeps the Host
+                // as it is, without Envoy's `-shadow` suffix.
+                disable_shadow_host_suffix_append: true,
                 ..Default::default()
             })
         })
@@ -403,10 +417,35 @@ mod tests {
 
     #[test]
     fn retries_follow_istio_defaults_and_gating() {
-        let default = retry_policy(None).unwrap();
+        let default = retry_policy(None, false).unwrap();
         assert_eq!(default.num_retries, u32_value(2));
-        assert_eq!(default.retriable_status_codes, [503]);
-        let mut proxyless = retry_policy(None);
+        // Istio >= 1.24: no status code, so a 503 is not retried.
+        assert_eq!(
+            default.retry_on,
+            "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
+        );
+        assert!(default.retriable_status_codes.is_empty());
+        assert_eq!(default.host_selection_retry_max_attempts, 5);
+        assert_eq!(default.retry_host_predicate.len(), 1);
+        let hashed = retry_policy(None, true).unwrap();
+        assert!(
+            hashed.retry_host_predicate.is_empty(),
+            "stay on the hashed host"
+        );
+        let attempts_only: HttpRetry = serde_json::from_value(json!({"attempts": 4})).unwrap();
+        let p = retry_policy(Some(&attempts_only), false).unwrap();
+        assert_eq!(
+            (p.retry_on.as_str(), p.num_retries),
+            (default.retry_on.as_str(), u32_value(4))
+        );
+        assert!(p.retriable_status_codes.is_empty());
+        assert!(
+            retry_policy(Some(&attempts_only), true)
+                .unwrap()
+                .retry_host_predicate
+                .is_empty()
+        );
+        let mut proxyless = retry_policy(None, false);
         assert_eq!(restrict_retry(None, &mut proxyless), None);
         assert!(proxyless.is_none(), "no default retries for gRPC");
         let r: HttpRetry = serde_json::from_value(json!({
@@ -414,7 +453,7 @@ mod tests {
             "retryRemoteLocalities": true, "retryIgnorePreviousHosts": false, "backoff": "100ms"
         }))
         .unwrap();
-        let p = retry_policy(Some(&r)).unwrap();
+        let p = retry_policy(Some(&r), true).unwrap();
         assert_eq!(
             p.retry_on,
             "gateway-error,unavailable,retriable-status-codes"
@@ -431,10 +470,10 @@ mod tests {
         assert!(g.per_try_timeout.is_none());
         assert!(g.retry_back_off.is_some());
         let off: HttpRetry = serde_json::from_value(json!({"attempts": 0})).unwrap();
-        assert!(retry_policy(Some(&off)).is_none());
+        assert!(retry_policy(Some(&off), false).is_none());
         let only_http: HttpRetry =
             serde_json::from_value(json!({"attempts": 2, "retryOn": "5xx"})).unwrap();
-        let mut none_left = retry_policy(Some(&only_http));
+        let mut none_left = retry_policy(Some(&only_http), false);
         assert!(restrict_retry(Some(&only_http), &mut none_left).is_some());
         assert!(none_left.is_none(), "no gRPC condition left: no retries");
     }
