@@ -99,9 +99,6 @@ struct Cli {
         default_value_t = 100.0
     )]
     max_new_streams_per_second: f64,
-    /// Streams computing a full push at once.
-    #[arg(long, env = "PILOTFISH_PUSH_CONCURRENCY", default_value_t = 64)]
-    push_concurrency: usize,
     /// Log format.
     #[arg(long, env = "PILOTFISH_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
@@ -188,8 +185,6 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     let (xds_at, admin_at) = (xds_listener.local_addr()?, admin_listener.local_addr()?);
     let config = AdsConfig {
         replica_name: replica.clone(),
-        push_concurrency: cli.push_concurrency,
-        endpoint_push_concurrency: cli.push_concurrency,
         connections: ConnectionPolicy {
             max_age: Some(cli.max_connection_age.as_std()).filter(|age| !age.is_zero()),
             ..ConnectionPolicy::default()

@@ -109,8 +109,6 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let (tx, rx) = watch::channel(Some(synthetic(version, args.clusters, full, eds).stamped()));
     let config = AdsConfig {
         replica_name: "load".into(),
-        push_concurrency: args.push_concurrency,
-        endpoint_push_concurrency: args.push_concurrency,
         ..AdsConfig::default()
     };
     let drain = tokio_util::sync::CancellationToken::new();

@@ -1,5 +1,5 @@
-//! The ADS listener's HTTP/2 connections, served by hyper over the tonic service, with
-//! two ways a connection ends on the server's initiative:
+//! The ADS listener's HTTP/2 connections, served by hyper, each request handed to the
+//! ADS [`Handler`], with two ways a connection ends on the server's initiative:
 //!
 //! - **maximum age** (`--max-connection-age`, default 30 min, ±10% jitter per connection so
 //!   connections opened together do not all end together), so load spreads to replicas
@@ -12,26 +12,40 @@
 //! streams end with `UNAVAILABLE`, and after a short close grace the socket is closed.
 //! Ending only the stream would let the client retry over the same connection.
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
-    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
-};
 use hyper::body::Incoming;
+use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use pilotfish_shared::retry::sleep_until_opt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::server::TcpConnectInfo;
 use tracing::{debug, info, warn};
 
+use super::grpc::AdsBody;
 use crate::metrics;
 
-type HyperAds<A> = TowerToHyperService<AggregatedDiscoveryServiceServer<A>>;
+/// Largest amount of a stream's unsent data h2 buffers before it stops asking the
+/// response body for more (hyper's default is 400 KiB). A response body hands over whole
+/// shared buffers, so this bounds only how early the next response is computed, not how
+/// much is copied: a stream whose client stops reading holds at most this much in h2
+/// plus the chunk hyper has in hand.
+pub const MAX_SEND_BUFFER: usize = 64 * 1024;
+
+/// What serves the requests of a connection: the ADS service.
+pub(crate) trait Handler: Clone + Send + Sync + 'static {
+    fn handle(
+        &self,
+        request: Request<Incoming>,
+        peer: Option<SocketAddr>,
+        closing: Option<ConnectionClosing>,
+    ) -> impl Future<Output = Response<AdsBody>> + Send;
+}
 
 /// How connections are kept and ended.
 #[derive(Clone, Debug)]
@@ -84,36 +98,12 @@ impl ConnectionClosing {
     }
 }
 
-/// The ADS service with the connection's closing signal and peer address added to each
-/// request (what tonic's own server would add as `TcpConnectInfo`).
-#[derive(Clone)]
-struct WithConnection<A> {
-    inner: HyperAds<A>,
-    closing: CancellationToken,
-    info: TcpConnectInfo,
-}
-
-impl<A: AggregatedDiscoveryService> hyper::service::Service<hyper::Request<Incoming>>
-    for WithConnection<A>
-{
-    type Response = <HyperAds<A> as hyper::service::Service<hyper::Request<Incoming>>>::Response;
-    type Error = <HyperAds<A> as hyper::service::Service<hyper::Request<Incoming>>>::Error;
-    type Future = <HyperAds<A> as hyper::service::Service<hyper::Request<Incoming>>>::Future;
-
-    fn call(&self, mut req: hyper::Request<Incoming>) -> Self::Future {
-        req.extensions_mut()
-            .insert(ConnectionClosing(self.closing.clone()));
-        req.extensions_mut().insert(self.info.clone());
-        self.inner.call(req)
-    }
-}
-
 /// Serves `service` on `listener` until `drain` is cancelled; then stops accepting, ends
 /// every connection at a random moment within `grace`, and returns once all are closed
 /// (or the grace and close grace are over).
-pub(crate) async fn serve_connections<A: AggregatedDiscoveryService>(
+pub(crate) async fn serve_connections<A: Handler>(
     listener: TcpListener,
-    service: AggregatedDiscoveryServiceServer<A>,
+    service: A,
     policy: ConnectionPolicy,
     drain: CancellationToken,
     grace: Duration,
@@ -150,10 +140,10 @@ pub(crate) async fn serve_connections<A: AggregatedDiscoveryService>(
     connections.abort_all();
 }
 
-async fn serve_one<A: AggregatedDiscoveryService>(
+async fn serve_one<A: Handler>(
     tcp: TcpStream,
     peer: SocketAddr,
-    service: AggregatedDiscoveryServiceServer<A>,
+    service: A,
     policy: ConnectionPolicy,
     drain: CancellationToken,
     grace: Duration,
@@ -161,21 +151,18 @@ async fn serve_one<A: AggregatedDiscoveryService>(
     // Cancelled right after the GOAWAY, or when this task ends for any other reason.
     let closing = CancellationToken::new();
     let _closing_on_exit = closing.clone().drop_guard();
-    let info = TcpConnectInfo {
-        local_addr: tcp.local_addr().ok(),
-        remote_addr: Some(peer),
-    };
     let _ = tcp.set_nodelay(true);
-    let svc = WithConnection {
-        inner: TowerToHyperService::new(service),
-        closing: closing.clone(),
-        info,
-    };
+    let signal = ConnectionClosing(closing.clone());
+    let svc = hyper::service::service_fn(move |request: Request<Incoming>| {
+        let (service, signal) = (service.clone(), signal.clone());
+        async move { Ok::<_, Infallible>(service.handle(request, Some(peer), Some(signal)).await) }
+    });
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
         .keep_alive_interval(policy.keepalive_interval)
-        .keep_alive_timeout(policy.keepalive_timeout);
+        .keep_alive_timeout(policy.keepalive_timeout)
+        .max_send_buf_size(MAX_SEND_BUFFER);
     let conn = builder.serve_connection(TokioIo::new(tcp), svc);
     tokio::pin!(conn);
     metrics::ADS_CONNECTIONS.inc();

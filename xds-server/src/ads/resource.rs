@@ -1,16 +1,20 @@
 //! The seam between the ADS engine and the resource generators: [`Resource`] (one encoded
 //! xDS resource), [`XdsSnapshot`] (what the engine asks of a mesh snapshot) and
-//! [`ChangeKind`]. The engine never looks inside a resource; it only compares versions.
+//! [`ChangeKind`]. The engine never looks inside a resource; it only compares versions
+//! and copies bytes.
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
-use std::time::Instant;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, OnceLock};
 
+use bytes::{Bytes, BytesMut};
 use pilotfish_mesh::model::Proxy;
 use sha2::{Digest, Sha256};
 
+use super::proto;
+use super::types::XdsType;
+
 /// One encoded xDS resource ready to send. Shared (`Arc`) by every stream that sends it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Resource {
     pub name: String,
     /// Content hash of `body` (hex of the first 16 bytes of SHA-256 over the Any's type
@@ -18,6 +22,16 @@ pub struct Resource {
     /// elsewhere with `initial_resource_versions` is sent nothing it already has.
     pub version: String,
     pub body: prost_types::Any,
+    /// This resource as one entry of a `DeltaDiscoveryResponse` (field `resources`: name,
+    /// version and the Any), encoded on first use and then shared by every delta stream
+    /// that sends it.
+    delta_entry: OnceLock<Bytes>,
+}
+
+impl PartialEq for Resource {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && self.version == other.version && self.body == other.body
+    }
 }
 
 impl Resource {
@@ -28,7 +42,25 @@ impl Resource {
             name: name.into(),
             version,
             body,
+            delta_entry: OnceLock::new(),
         }
+    }
+
+    /// The encoded `DeltaDiscoveryResponse.resources` entry (tag, length, message).
+    pub(crate) fn delta_entry(&self) -> &Bytes {
+        self.delta_entry.get_or_init(|| {
+            // envoy.service.discovery.v3.Resource { version = 1; resource = 2; name = 3 }
+            let inner = proto::delimited_len(1, self.version.len())
+                + proto::delimited_len(2, proto::any_len(&self.body))
+                + proto::delimited_len(3, self.name.len());
+            let mut buf = BytesMut::with_capacity(proto::delimited_len(2, inner));
+            proto::put_delimited_header(2, inner, &mut buf);
+            proto::put_delimited(1, self.version.as_bytes(), &mut buf);
+            proto::put_delimited_header(2, proto::any_len(&self.body), &mut buf);
+            proto::put_any(&self.body, &mut buf);
+            proto::put_delimited(3, self.name.as_bytes(), &mut buf);
+            buf.freeze()
+        })
     }
 }
 
@@ -43,11 +75,14 @@ pub fn content_version(body: &prost_types::Any) -> String {
     hex::encode(&hasher.finalize()[..16])
 }
 
+/// Generated resources of one part of a proxy's configuration, by name.
+pub type ResourceMap = BTreeMap<String, Arc<Resource>>;
+
 /// How a snapshot differs from an earlier one, as far as the publisher knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChangeKind {
     /// Only endpoints changed: a stream that saw exactly the earlier snapshot recomputes
-    /// EDS only (the cheap path, which never waits behind full pushes).
+    /// EDS only (the cheap path).
     EndpointsOnly,
     /// Anything else, or unknown: recompute every type.
     Full,
@@ -60,51 +95,46 @@ pub trait XdsSnapshot: Send + Sync + 'static {
     /// never used as `version_info`.
     fn version(&self) -> u64;
 
+    /// Every resource of `xds_type` that `proxy` may see, as the parts the snapshot
+    /// caches. Two proxies given the same parts (the same `Arc`s) see the same resources:
+    /// the engine keys its shared responses on the parts' identity, so a snapshot must
+    /// hand out the same `Arc` for the same content for as long as it lives. Names are
+    /// unique across the parts; if one repeats, the first part's resource wins.
+    fn parts(&self, proxy: &Proxy, xds_type: XdsType) -> Vec<Arc<ResourceMap>>;
+
+    /// How this snapshot differs from the one with version `previous`, when known: lets a
+    /// stream that saw exactly `previous` recompute only EDS.
+    fn change_since(&self, previous: u64) -> ChangeKind;
+
     /// Resources of `type_url` for `proxy`: every one when `names` is `None` (wildcard),
-    /// else those of `names` that exist.
+    /// else those of `names` that exist (in name order, each name once).
     fn resources(
         &self,
         proxy: &Proxy,
         type_url: &str,
         names: Option<&BTreeSet<String>>,
-    ) -> Vec<Arc<Resource>>;
-
-    /// How this snapshot differs from the one with version `previous`, when known: lets a
-    /// stream that saw exactly `previous` recompute only EDS.
-    fn change_since(&self, previous: u64) -> ChangeKind;
-}
-
-/// Copies a resource body into the Any type of the Envoy messages (`envoy-types` carries
-/// its own `google.protobuf.Any`).
-pub(crate) fn to_envoy_any(body: &prost_types::Any) -> envoy_types::pb::google::protobuf::Any {
-    envoy_types::pb::google::protobuf::Any {
-        type_url: body.type_url.clone(),
-        value: body.value.clone(),
-    }
-}
-
-/// A snapshot as the feed hands it to the streams, with the moment this replica received
-/// it: the start of the convergence time each stream observes.
-#[derive(Clone)]
-pub struct StampedSnapshot {
-    pub snapshot: Arc<dyn XdsSnapshot>,
-    pub arrived: Instant,
-}
-
-impl StampedSnapshot {
-    /// `snapshot`, received now.
-    pub fn now(snapshot: Arc<dyn XdsSnapshot>) -> Self {
-        StampedSnapshot {
-            snapshot,
-            arrived: Instant::now(),
+    ) -> Vec<Arc<Resource>> {
+        let Some(xds_type) = XdsType::from_type_url(type_url) else {
+            return Vec::new();
+        };
+        let parts = self.parts(proxy, xds_type);
+        match names {
+            None => {
+                let mut all = ResourceMap::new();
+                for part in &parts {
+                    for (name, resource) in part.iter() {
+                        all.entry(name.clone()).or_insert_with(|| resource.clone());
+                    }
+                }
+                all.into_values().collect()
+            }
+            Some(names) => names
+                .iter()
+                .filter_map(|n| parts.iter().find_map(|p| p.get(n).cloned()))
+                .collect(),
         }
     }
 }
-
-/// The one hand-off from the feed to the streams: `None` until the first snapshot.
-pub type SnapshotSender = tokio::sync::watch::Sender<Option<StampedSnapshot>>;
-/// What the engine receives: `None` until the first snapshot is loaded.
-pub type SnapshotReceiver = tokio::sync::watch::Receiver<Option<StampedSnapshot>>;
 
 #[cfg(test)]
 mod tests {

@@ -1,10 +1,17 @@
 //! The state-of-the-world ADS state machine of one stream ([`SotwStream`]): synchronous
-//! and free of I/O. Input: a `DiscoveryRequest` or a new snapshot; output: the responses
-//! to send, in wire order, and the protocol events to log and count.
+//! and free of I/O. Inputs: a `DiscoveryRequest`, a new snapshot, and "the transport can
+//! take a response now"; outputs: the protocol events to log and count, and one response
+//! at a time ([`SotwStream::next_response`]).
+//!
+//! Requests and snapshots only mark a type as owing a response ([`Reply`]); the response
+//! is computed when the stream can send it, from the newest snapshot, so a stream holds
+//! at most one pending response per type and a newer snapshot replaces what was not sent
+//! yet. Only what is actually returned is recorded as sent, so the client never sees a
+//! nonce that was replaced.
 //!
 //! Rules it implements (each has a unit test below and a wire test in
 //! `tests/integration/ads_sotw.rs`):
-//! - the first request of a type is answered at once, even when empty;
+//! - the first request of a type is answered, even when empty;
 //! - an ACK is never answered; a NACK is recorded and never causes a resend of the same
 //!   content; a request with a stale nonce is ignored;
 //! - a changed name set is answered with exactly the subscribed names (the full set for
@@ -16,61 +23,56 @@
 //!   (even unchanged), because Envoy only finishes warming a cluster on a fresh EDS;
 //! - `version_info` is a hash of the response's names and resource versions.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use envoy_types::pb::envoy::config::core::v3::ControlPlane;
-use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use pilotfish_mesh::model::Proxy;
 
-use super::resource::{ChangeKind, Resource, XdsSnapshot, to_envoy_any};
-use super::state::{AckStatus, NackStatus, TypeStatus};
-use super::state::{
-    NonceSource, Output, ProtocolEvent, SentRecord, TypeRecord, served_type, view_version,
-};
+use super::names::NameSets;
+use super::resource::ChangeKind;
+use super::state::{AckStatus, Held, NackStatus, Reply, TypeStatus, owe};
+use super::state::{NonceSource, ProtocolEvent, SentRecord, TypeRecord, served_type};
 use super::types::XdsType;
+use super::view::{ServedSnapshot, View};
+use super::wire::SotwResponse;
 
-/// Per type: the protocol record and what the client holds (the content of its last ACK).
+/// Per type: the protocol record, what the client holds (the view of its last ACK) and
+/// whether a response is owed.
 #[derive(Debug, Default)]
 struct SotwType {
     record: TypeRecord,
-    holds: Arc<BTreeMap<String, String>>,
-}
-
-/// The content of one response: resources deduplicated by name, in name order.
-struct Content {
-    resources: Vec<Arc<Resource>>,
-    versions: BTreeMap<String, String>,
-    version: String,
+    holds: Option<Arc<View>>,
+    owed: Option<Reply>,
 }
 
 /// State of one SotW ADS stream.
 pub struct SotwStream {
     proxy: Arc<Proxy>,
-    control_plane: ControlPlane,
-    snapshot: Arc<dyn XdsSnapshot>,
+    snapshot: Arc<ServedSnapshot>,
+    names: Arc<NameSets>,
     nonces: NonceSource,
-    types: BTreeMap<XdsType, SotwType>,
+    types: [SotwType; 4],
     unknown_types: BTreeSet<String>,
+    /// The clusters as of the last endpoints response, set when a cluster response
+    /// follows it: clusters sent since that differ from it are warming, and the next
+    /// endpoints response is sent even unchanged if it carries one of them.
+    warm_base: Option<Held>,
 }
 
 impl SotwStream {
-    /// A stream of `proxy`, answering from `snapshot`, signing responses with
-    /// `control_plane_id` (the replica name).
-    pub fn new(proxy: Arc<Proxy>, control_plane_id: &str, snapshot: Arc<dyn XdsSnapshot>) -> Self {
+    /// A stream of `proxy`, answering from `snapshot`; subscribed names are interned in
+    /// `names`.
+    pub fn new(proxy: Arc<Proxy>, snapshot: Arc<ServedSnapshot>, names: Arc<NameSets>) -> Self {
         SotwStream {
             proxy,
-            control_plane: ControlPlane {
-                identifier: control_plane_id.to_string(),
-            },
             snapshot,
+            names,
             nonces: NonceSource::default(),
-            types: XdsType::ALL
-                .iter()
-                .map(|t| (*t, SotwType::default()))
-                .collect(),
+            types: Default::default(),
             unknown_types: BTreeSet::new(),
+            warm_base: None,
         }
     }
 
@@ -83,25 +85,27 @@ impl SotwStream {
         self.snapshot.version()
     }
 
-    /// Handles one client request.
+    /// Handles one client request: records ACK/NACK and the subscription, and marks the
+    /// type as owing a response when the request asks for one.
     pub fn on_request(
         &mut self,
         request: &DiscoveryRequest,
         now: SystemTime,
-    ) -> Output<DiscoveryResponse> {
-        let mut out = Output::default();
-        let Some(xds_type) = served_type(&request.type_url, &mut self.unknown_types, &mut out)
+    ) -> Vec<ProtocolEvent> {
+        let mut events = Vec::new();
+        let Some(xds_type) = served_type(&request.type_url, &mut self.unknown_types, &mut events)
         else {
-            return out;
+            return events;
         };
-        let state = self.type_state(xds_type);
+        let names = self.names.clone();
+        let state = &mut self.types[xds_type.index()];
         let nonce = request.response_nonce.as_str();
         if state.record.is_stale(nonce) {
-            out.events.push(ProtocolEvent::StaleNonce {
+            events.push(ProtocolEvent::StaleNonce {
                 xds_type,
                 nonce: nonce.to_string(),
             });
-            return out;
+            return events;
         }
         let nack = request.error_detail.as_ref();
         if let (false, Some(sent)) = (nonce.is_empty(), state.record.last_sent.as_ref()) {
@@ -113,7 +117,7 @@ impl SotwStream {
                         detail: error.message.clone(),
                         at: now,
                     });
-                    out.events.push(ProtocolEvent::Nack {
+                    events.push(ProtocolEvent::Nack {
                         xds_type,
                         nonce: nonce.to_string(),
                         detail: error.message.clone(),
@@ -122,15 +126,15 @@ impl SotwStream {
                 // An ACK reports the version it applied. The latest nonce with another
                 // version is a later request of a client that rejected that response
                 // (e.g. a name change after a NACK), not an ACK of it.
-                None if request.version_info != sent.version => {}
+                None if request.version_info != *sent.version => {}
                 None => {
                     state.record.last_ack = Some(AckStatus {
-                        version: sent.version.clone(),
+                        version: sent.version.to_string(),
                         nonce: nonce.to_string(),
                         at: now,
                     });
-                    state.holds = sent.resources.clone();
-                    out.events.push(ProtocolEvent::Ack {
+                    state.holds = sent.view.clone();
+                    events.push(ProtocolEvent::Ack {
                         xds_type,
                         nonce: nonce.to_string(),
                     });
@@ -139,172 +143,157 @@ impl SotwStream {
         }
         let first_request = !state.record.requested;
         state.record.requested = true;
-        let changed =
-            state
-                .record
-                .subscription
-                .apply_sotw(xds_type, first_request, &request.resource_names);
+        let changed = state.record.subscription.apply_sotw(
+            xds_type,
+            first_request,
+            &request.resource_names,
+            &names,
+        );
         // A request with the latest nonce and an unchanged name set is an ACK or a NACK:
         // answering it would make the client answer again (the silent hot loop).
         if !first_request && !nonce.is_empty() && !changed {
-            return out;
+            return events;
         }
-        let content = self.compute(xds_type);
-        let last_version = self.last_version(xds_type);
-        if nack.is_some() && last_version == Some(content.version.as_str()) {
-            // The client just rejected exactly this content.
-            return out;
-        }
-        let changed_clusters = self.changed_names(xds_type, &content);
-        out.responses.push(self.send(xds_type, content, now));
-        if xds_type == XdsType::Cluster {
-            self.follow_with_endpoints(&changed_clusters, now, &mut out);
-        }
-        out
+        // After a NACK, only different content is worth sending: the client just
+        // rejected what it was sent.
+        let reply = if nack.is_some() {
+            Reply::IfChanged
+        } else {
+            Reply::Always
+        };
+        owe(&mut state.owed, reply);
+        events
     }
 
-    /// Moves the stream to a newer snapshot and returns what must be pushed.
-    pub fn on_snapshot(
-        &mut self,
-        snapshot: Arc<dyn XdsSnapshot>,
-        now: SystemTime,
-    ) -> Output<DiscoveryResponse> {
-        let mut out = Output::default();
+    /// Moves the stream to a newer snapshot: every requested type (only EDS after an
+    /// endpoints-only change) owes a response if its content changed.
+    pub fn on_snapshot(&mut self, snapshot: Arc<ServedSnapshot>) {
         let previous = self.snapshot.version();
         if snapshot.version() == previous {
-            return out;
+            return;
         }
         let kind = snapshot.change_since(previous);
         self.snapshot = snapshot;
-        let mut changed_clusters = BTreeSet::new();
         for xds_type in XdsType::ALL {
-            if !self.type_state(xds_type).record.requested
-                || (kind == ChangeKind::EndpointsOnly && xds_type != XdsType::Endpoint)
+            let state = &mut self.types[xds_type.index()];
+            if state.record.requested && (kind == ChangeKind::Full || xds_type == XdsType::Endpoint)
             {
-                continue;
+                owe(&mut state.owed, Reply::IfChanged);
             }
-            let content = self.compute(xds_type);
-            let warms_cluster = xds_type == XdsType::Endpoint
-                && content
-                    .versions
-                    .keys()
-                    .any(|n| changed_clusters.contains(n));
-            if self.last_version(xds_type) == Some(content.version.as_str()) && !warms_cluster {
-                continue;
-            }
-            if xds_type == XdsType::Cluster {
-                changed_clusters = self.changed_names(xds_type, &content);
-            }
-            out.responses.push(self.send(xds_type, content, now));
         }
-        out
+    }
+
+    /// Whether some type owes a response (which may still turn out unchanged).
+    pub fn has_owed(&self) -> bool {
+        self.types.iter().any(|t| t.owed.is_some())
+    }
+
+    /// The next response to send, in make-before-break order, computed now from the
+    /// newest snapshot; `None` when nothing is owed or nothing changed. What it returns
+    /// is recorded as sent.
+    pub fn next_response(&mut self, now: SystemTime) -> Option<SotwResponse> {
+        for xds_type in XdsType::ALL {
+            let Some(reply) = self.types[xds_type.index()].owed.take() else {
+                continue;
+            };
+            let view = self.compute(xds_type);
+            let forced =
+                reply == Reply::Always || (xds_type == XdsType::Endpoint && self.warms(&view));
+            let unchanged = self.types[xds_type.index()]
+                .record
+                .last_sent
+                .as_ref()
+                .and_then(|s| s.view.as_ref())
+                .is_some_and(|sent| sent.same_content(&view));
+            if unchanged && !forced {
+                self.adopt(xds_type, view);
+                continue;
+            }
+            match xds_type {
+                XdsType::Cluster => {
+                    if self.warm_base.is_none() {
+                        self.warm_base = Some(
+                            self.sent_view(XdsType::Cluster)
+                                .map_or(Held::Nothing, Held::View),
+                        );
+                    }
+                    let endpoints = &mut self.types[XdsType::Endpoint.index()];
+                    if endpoints.record.requested {
+                        owe(&mut endpoints.owed, Reply::IfChanged);
+                    }
+                }
+                XdsType::Endpoint => self.warm_base = None,
+                _ => {}
+            }
+            let nonce = self.nonces.next_nonce();
+            self.types[xds_type.index()].record.last_sent = Some(SentRecord {
+                version: view.version().clone(),
+                nonce: nonce.clone(),
+                at: now,
+                view: Some(view.clone()),
+                resource_count: view.len(),
+                removed_count: 0,
+            });
+            return Some(SotwResponse { view, nonce });
+        }
+        None
     }
 
     /// Per-type status for the registry, and the unknown type URLs seen.
     pub fn status(&self) -> (Vec<TypeStatus>, Vec<String>) {
-        let types = self
-            .types
+        let types = XdsType::ALL
             .iter()
+            .map(|t| (*t, &self.types[t.index()]))
             .filter(|(_, s)| s.record.requested)
-            .map(|(t, s)| s.record.status(*t, s.holds.len()))
+            .map(|(t, s)| s.record.status(t, s.holds.as_ref().map_or(0, |h| h.len())))
             .collect();
         (types, self.unknown_types.iter().cloned().collect())
     }
 
-    fn type_state(&mut self, xds_type: XdsType) -> &mut SotwType {
-        self.types.entry(xds_type).or_default()
+    fn sent_view(&self, xds_type: XdsType) -> Option<Arc<View>> {
+        self.types[xds_type.index()]
+            .record
+            .last_sent
+            .as_ref()
+            .and_then(|s| s.view.clone())
     }
 
-    fn last_version(&self, xds_type: XdsType) -> Option<&str> {
-        self.types
-            .get(&xds_type)
-            .and_then(|s| s.record.last_sent.as_ref())
-            .map(|s| s.version.as_str())
-    }
-
-    /// Names in `content` that are new or changed compared with the last response sent.
-    fn changed_names(&self, xds_type: XdsType, content: &Content) -> BTreeSet<String> {
-        let previous = self
-            .types
-            .get(&xds_type)
-            .and_then(|s| s.record.last_sent.as_ref())
-            .map(|s| &s.resources);
-        content
-            .versions
-            .iter()
-            .filter(|(name, version)| previous.and_then(|p| p.get(*name)) != Some(*version))
-            .map(|(name, _)| name.clone())
-            .collect()
-    }
-
-    /// After a cluster response: resend the subscribed endpoints when they include a
-    /// cluster that is new or changed for this client, so it can finish warming.
-    fn follow_with_endpoints(
-        &mut self,
-        changed_clusters: &BTreeSet<String>,
-        now: SystemTime,
-        out: &mut Output<DiscoveryResponse>,
-    ) {
-        if changed_clusters.is_empty() || !self.type_state(XdsType::Endpoint).record.requested {
-            return;
-        }
-        let content = self.compute(XdsType::Endpoint);
-        if content
-            .versions
-            .keys()
-            .any(|n| changed_clusters.contains(n))
-        {
-            out.responses
-                .push(self.send(XdsType::Endpoint, content, now));
-        }
-    }
-
-    fn compute(&self, xds_type: XdsType) -> Content {
-        let subscription = &self.types[&xds_type].record.subscription;
-        let mut by_name: BTreeMap<String, Arc<Resource>> = BTreeMap::new();
-        if !subscription.is_empty() {
-            for resource in
-                self.snapshot
-                    .resources(&self.proxy, xds_type.type_url(), subscription.query())
-            {
-                // Never the same name twice in one response: the first one wins.
-                by_name.entry(resource.name.clone()).or_insert(resource);
-            }
-        }
-        let versions: BTreeMap<String, String> = by_name
-            .iter()
-            .map(|(n, r)| (n.clone(), r.version.clone()))
-            .collect();
-        Content {
-            version: view_version(versions.iter()),
-            resources: by_name.into_values().collect(),
-            versions,
-        }
-    }
-
-    fn send(&mut self, xds_type: XdsType, content: Content, now: SystemTime) -> DiscoveryResponse {
-        let nonce = self.nonces.next_nonce();
-        let response = DiscoveryResponse {
-            version_info: content.version.clone(),
-            resources: content
-                .resources
-                .iter()
-                .map(|r| to_envoy_any(&r.body))
-                .collect(),
-            type_url: xds_type.type_url().to_string(),
-            nonce: nonce.clone(),
-            control_plane: Some(self.control_plane.clone()),
-            ..Default::default()
+    /// Whether the endpoints in `view` include a cluster sent new or changed since the
+    /// last endpoints response.
+    fn warms(&self, view: &View) -> bool {
+        let (Some(base), Some(clusters)) = (&self.warm_base, self.sent_view(XdsType::Cluster))
+        else {
+            return false;
         };
-        self.type_state(xds_type).record.last_sent = Some(SentRecord {
-            version: content.version,
-            nonce,
-            at: now,
-            resource_count: content.versions.len(),
-            resources: Arc::new(content.versions),
-            removed_count: 0,
-        });
-        response
+        base.changed_in(&clusters)
+            .any(|name| view.get(name).is_some())
+    }
+
+    /// Keeps the record but refers to `view`, equal in content to what was sent, so the
+    /// older snapshot's copy can be freed once no stream refers to it.
+    fn adopt(&mut self, xds_type: XdsType, view: Arc<View>) {
+        let state = &mut self.types[xds_type.index()];
+        if let Some(sent) = state.record.last_sent.as_mut()
+            && let Some(old) = sent.view.replace(view.clone())
+            && state.holds.as_ref().is_some_and(|h| Arc::ptr_eq(h, &old))
+        {
+            state.holds = Some(view.clone());
+        }
+        if xds_type == XdsType::Cluster
+            && let Some(Held::View(base)) = &mut self.warm_base
+            && base.same_content(&view)
+        {
+            *base = view;
+        }
+    }
+
+    fn compute(&self, xds_type: XdsType) -> Arc<View> {
+        let subscription = &self.types[xds_type.index()].record.subscription;
+        if subscription.is_empty() {
+            return Arc::new(View::empty(xds_type));
+        }
+        self.snapshot
+            .view(&self.proxy, xds_type, subscription.query())
     }
 }
 
@@ -312,17 +301,54 @@ impl SotwStream {
 mod tests {
     use super::*;
     use crate::ads::map_snapshot::MapSnapshot;
+    use crate::ads::resource::XdsSnapshot;
     use crate::ads::types::{CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE};
+    use crate::ads::wire::decode;
+    use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
     use envoy_types::pb::google::rpc::Status;
 
     const T0: SystemTime = SystemTime::UNIX_EPOCH;
 
-    fn stream(snapshot: MapSnapshot) -> SotwStream {
+    /// What one input led to: the events, and every response the stream then sends
+    /// (as the client decodes them) when the transport takes all it can.
+    #[derive(Debug)]
+    struct Output {
+        responses: Vec<DiscoveryResponse>,
+        events: Vec<ProtocolEvent>,
+    }
+
+    fn drain(s: &mut SotwStream) -> Vec<DiscoveryResponse> {
+        std::iter::from_fn(|| s.next_response(T0))
+            .map(|r| decode::sotw(&r))
+            .collect()
+    }
+
+    fn handle(s: &mut SotwStream, r: &DiscoveryRequest, now: SystemTime) -> Output {
+        let events = s.on_request(r, now);
+        Output {
+            responses: drain(s),
+            events,
+        }
+    }
+
+    fn push(s: &mut SotwStream, snapshot: Arc<dyn XdsSnapshot>, _now: SystemTime) -> Output {
+        s.on_snapshot(ServedSnapshot::new(snapshot));
+        Output {
+            responses: drain(s),
+            events: Vec::new(),
+        }
+    }
+
+    fn with(proxy: &str, snapshot: Arc<dyn XdsSnapshot>) -> SotwStream {
         SotwStream::new(
-            Arc::new(Proxy::with_defaults("p")),
-            "replica-a",
-            snapshot.shared(),
+            Arc::new(Proxy::with_defaults(proxy)),
+            ServedSnapshot::new(snapshot),
+            NameSets::new(),
         )
+    }
+
+    fn stream(snapshot: MapSnapshot) -> SotwStream {
+        with("p", snapshot.shared())
     }
 
     fn req(type_url: &str, names: &[&str], nonce: &str) -> DiscoveryRequest {
@@ -352,14 +378,14 @@ mod tests {
             .collect()
     }
 
-    fn types(out: &Output<DiscoveryResponse>) -> Vec<&str> {
+    fn types(out: &Output) -> Vec<&str> {
         out.responses.iter().map(|r| r.type_url.as_str()).collect()
     }
 
     #[test]
     fn first_wildcard_request_is_answered_even_when_empty() {
         let mut s = stream(MapSnapshot::new(1));
-        let out = s.on_request(&req(LISTENER_TYPE, &[], ""), T0);
+        let out = handle(&mut s, &req(LISTENER_TYPE, &[], ""), T0);
         assert_eq!(out.responses.len(), 1);
         let r = &out.responses[0];
         assert!(r.resources.is_empty());
@@ -373,14 +399,13 @@ mod tests {
     #[test]
     fn ack_is_never_answered_but_later_changes_are_pushed() {
         let mut s = stream(MapSnapshot::sample(1));
-        let first = s
-            .on_request(&req(CLUSTER_TYPE, &[], ""), T0)
+        let first = handle(&mut s, &req(CLUSTER_TYPE, &[], ""), T0)
             .responses
             .remove(0);
         assert_eq!(names(&first), ["c1", "c2"]);
         let mut ack = req(CLUSTER_TYPE, &[], &first.nonce);
         ack.version_info = first.version_info.clone();
-        let out = s.on_request(&ack, T0);
+        let out = handle(&mut s, &ack, T0);
         assert!(out.responses.is_empty());
         assert_eq!(
             out.events,
@@ -389,7 +414,8 @@ mod tests {
                 nonce: first.nonce.clone()
             }]
         );
-        let out = s.on_snapshot(
+        let out = push(
+            &mut s,
             MapSnapshot::sample(1)
                 .with(CLUSTER_TYPE, "c3", b"c3")
                 .next(2)
@@ -404,11 +430,10 @@ mod tests {
     #[test]
     fn nack_is_recorded_and_same_content_never_resent() {
         let mut s = stream(MapSnapshot::sample(1));
-        let first = s
-            .on_request(&req(CLUSTER_TYPE, &[], ""), T0)
+        let first = handle(&mut s, &req(CLUSTER_TYPE, &[], ""), T0)
             .responses
             .remove(0);
-        let out = s.on_request(&nack(CLUSTER_TYPE, &[], &first.nonce), T0);
+        let out = handle(&mut s, &nack(CLUSTER_TYPE, &[], &first.nonce), T0);
         assert!(out.responses.is_empty());
         assert!(
             matches!(&out.events[0], ProtocolEvent::Nack { detail, .. } if detail == "bad cluster")
@@ -420,12 +445,13 @@ mod tests {
         );
         // A new snapshot with the same cluster content: nothing to send.
         assert!(
-            s.on_snapshot(MapSnapshot::sample(1).next(2).shared(), T0)
+            push(&mut s, MapSnapshot::sample(1).next(2).shared(), T0)
                 .responses
                 .is_empty()
         );
         // New content is sent.
-        let out = s.on_snapshot(
+        let out = push(
+            &mut s,
             MapSnapshot::sample(1)
                 .with(CLUSTER_TYPE, "c1", b"c1'")
                 .next(3)
@@ -438,30 +464,29 @@ mod tests {
     #[test]
     fn a_request_after_a_nack_is_not_taken_for_an_ack() {
         let mut s = stream(MapSnapshot::sample(1));
-        let good = s
-            .on_request(&req(ENDPOINT_TYPE, &["c1"], ""), T0)
+        let good = handle(&mut s, &req(ENDPOINT_TYPE, &["c1"], ""), T0)
             .responses
             .remove(0);
         let mut ack = req(ENDPOINT_TYPE, &["c1"], &good.nonce);
         ack.version_info = good.version_info.clone();
-        s.on_request(&ack, T0);
-        let bad = s
-            .on_snapshot(
-                MapSnapshot::sample(1)
-                    .with(ENDPOINT_TYPE, "c1", b"bad")
-                    .next(2)
-                    .shared(),
-                T0,
-            )
-            .responses
-            .remove(0);
+        handle(&mut s, &ack, T0);
+        let bad = push(
+            &mut s,
+            MapSnapshot::sample(1)
+                .with(ENDPOINT_TYPE, "c1", b"bad")
+                .next(2)
+                .shared(),
+            T0,
+        )
+        .responses
+        .remove(0);
         let mut rejected = nack(ENDPOINT_TYPE, &["c1"], &bad.nonce);
         rejected.version_info = good.version_info.clone();
-        s.on_request(&rejected, T0);
+        handle(&mut s, &rejected, T0);
         // The client now adds a name, still reporting its last good version.
         let mut more = req(ENDPOINT_TYPE, &["c1", "c2"], &bad.nonce);
         more.version_info = good.version_info.clone();
-        let out = s.on_request(&more, T0);
+        let out = handle(&mut s, &more, T0);
         assert!(out.events.is_empty(), "{:?}", out.events);
         assert_eq!(names(&out.responses[0]), ["bad", "e2"]);
         let (status, _) = s.status();
@@ -474,7 +499,11 @@ mod tests {
     #[test]
     fn a_nonce_from_a_previous_stream_on_the_first_request_is_answered() {
         let mut s = stream(MapSnapshot::sample(1));
-        let out = s.on_request(&req(CLUSTER_TYPE, &[], "nonce-of-another-replica"), T0);
+        let out = handle(
+            &mut s,
+            &req(CLUSTER_TYPE, &[], "nonce-of-another-replica"),
+            T0,
+        );
         assert_eq!(names(&out.responses[0]), ["c1", "c2"]);
         assert!(
             out.events.is_empty(),
@@ -486,44 +515,40 @@ mod tests {
     #[test]
     fn stale_nonce_is_ignored() {
         let mut s = stream(MapSnapshot::sample(1));
-        let first = s
-            .on_request(&req(ROUTE_TYPE, &["r1"], ""), T0)
+        let first = handle(&mut s, &req(ROUTE_TYPE, &["r1"], ""), T0)
             .responses
             .remove(0);
-        let second = s
-            .on_snapshot(
-                MapSnapshot::sample(1)
-                    .with(ROUTE_TYPE, "r1", b"r1'")
-                    .next(2)
-                    .shared(),
-                T0,
-            )
-            .responses
-            .remove(0);
+        let second = push(
+            &mut s,
+            MapSnapshot::sample(1)
+                .with(ROUTE_TYPE, "r1", b"r1'")
+                .next(2)
+                .shared(),
+            T0,
+        )
+        .responses
+        .remove(0);
         // The client changes names while still answering the first response: stale.
-        let out = s.on_request(&req(ROUTE_TYPE, &["r1", "r2"], &first.nonce), T0);
+        let out = handle(&mut s, &req(ROUTE_TYPE, &["r1", "r2"], &first.nonce), T0);
         assert!(out.responses.is_empty());
         assert!(matches!(out.events[0], ProtocolEvent::StaleNonce { .. }));
         // The same change with the latest nonce is answered.
-        let out = s.on_request(&req(ROUTE_TYPE, &["r1", "r2"], &second.nonce), T0);
+        let out = handle(&mut s, &req(ROUTE_TYPE, &["r1", "r2"], &second.nonce), T0);
         assert_eq!(names(&out.responses[0]), ["r1'", "r2"]);
     }
 
     #[test]
     fn changed_names_are_answered_with_exactly_the_subscribed_set_aba() {
         let mut s = stream(MapSnapshot::sample(1));
-        let r = s
-            .on_request(&req(ROUTE_TYPE, &["r1"], ""), T0)
+        let r = handle(&mut s, &req(ROUTE_TYPE, &["r1"], ""), T0)
             .responses
             .remove(0);
         assert_eq!(names(&r), ["r1"]);
-        let r = s
-            .on_request(&req(ROUTE_TYPE, &["r2"], &r.nonce), T0)
+        let r = handle(&mut s, &req(ROUTE_TYPE, &["r2"], &r.nonce), T0)
             .responses
             .remove(0);
         assert_eq!(names(&r), ["r2"]);
-        let r = s
-            .on_request(&req(ROUTE_TYPE, &["r1"], &r.nonce), T0)
+        let r = handle(&mut s, &req(ROUTE_TYPE, &["r1"], &r.nonce), T0)
             .responses
             .remove(0);
         assert_eq!(names(&r), ["r1"], "R1 is sent again after R1→R2→R1");
@@ -532,13 +557,13 @@ mod tests {
     #[test]
     fn names_requested_before_they_exist_are_sent_when_they_appear() {
         let mut s = stream(MapSnapshot::sample(1));
-        let r = s
-            .on_request(&req(ENDPOINT_TYPE, &["c1", "later"], ""), T0)
+        let r = handle(&mut s, &req(ENDPOINT_TYPE, &["c1", "later"], ""), T0)
             .responses
             .remove(0);
         assert_eq!(names(&r), ["e1"]);
-        s.on_request(&req(ENDPOINT_TYPE, &["c1", "later"], &r.nonce), T0);
-        let out = s.on_snapshot(
+        handle(&mut s, &req(ENDPOINT_TYPE, &["c1", "later"], &r.nonce), T0);
+        let out = push(
+            &mut s,
             MapSnapshot::sample(1)
                 .with(ENDPOINT_TYPE, "later", b"eL")
                 .next(2)
@@ -557,14 +582,14 @@ mod tests {
             (ENDPOINT_TYPE, &["c1"]),
             (CLUSTER_TYPE, &[]),
         ] {
-            s.on_request(&req(t, n, ""), T0);
+            handle(&mut s, &req(t, n, ""), T0);
         }
         let next = MapSnapshot::sample(1)
             .with(CLUSTER_TYPE, "c2", b"c2'")
             .with(LISTENER_TYPE, "l1", b"l1'")
             .with(ROUTE_TYPE, "r1", b"r1'")
             .next(2);
-        let out = s.on_snapshot(next.shared(), T0);
+        let out = push(&mut s, next.shared(), T0);
         // c2 changed but its endpoints are not subscribed: no EDS.
         assert_eq!(types(&out), [CLUSTER_TYPE, LISTENER_TYPE, ROUTE_TYPE]);
     }
@@ -572,17 +597,16 @@ mod tests {
     #[test]
     fn changed_cluster_is_followed_by_its_endpoints_even_unchanged() {
         let mut s = stream(MapSnapshot::sample(1));
-        let cds = s
-            .on_request(&req(CLUSTER_TYPE, &[], ""), T0)
+        let cds = handle(&mut s, &req(CLUSTER_TYPE, &[], ""), T0)
             .responses
             .remove(0);
-        s.on_request(&req(CLUSTER_TYPE, &[], &cds.nonce), T0);
-        let eds = s
-            .on_request(&req(ENDPOINT_TYPE, &["c1", "c2"], ""), T0)
+        handle(&mut s, &req(CLUSTER_TYPE, &[], &cds.nonce), T0);
+        let eds = handle(&mut s, &req(ENDPOINT_TYPE, &["c1", "c2"], ""), T0)
             .responses
             .remove(0);
-        s.on_request(&req(ENDPOINT_TYPE, &["c1", "c2"], &eds.nonce), T0);
-        let out = s.on_snapshot(
+        handle(&mut s, &req(ENDPOINT_TYPE, &["c1", "c2"], &eds.nonce), T0);
+        let out = push(
+            &mut s,
             MapSnapshot::sample(1)
                 .with(CLUSTER_TYPE, "c1", b"c1'")
                 .next(2)
@@ -602,15 +626,15 @@ mod tests {
     #[test]
     fn endpoints_only_change_recomputes_eds_alone() {
         let mut s = stream(MapSnapshot::sample(1));
-        s.on_request(&req(CLUSTER_TYPE, &[], ""), T0);
-        s.on_request(&req(ENDPOINT_TYPE, &["c1"], ""), T0);
+        handle(&mut s, &req(CLUSTER_TYPE, &[], ""), T0);
+        handle(&mut s, &req(ENDPOINT_TYPE, &["c1"], ""), T0);
         // The publisher says "endpoints only", so even a cluster difference is not looked at.
         let next = MapSnapshot::sample(1)
             .with(CLUSTER_TYPE, "c9", b"c9")
             .with(ENDPOINT_TYPE, "c1", b"e1'")
             .next(2)
             .endpoints_only_since(1);
-        let out = s.on_snapshot(next.shared(), T0);
+        let out = push(&mut s, next.shared(), T0);
         assert_eq!(types(&out), [ENDPOINT_TYPE]);
         assert_eq!(names(&out.responses[0]), ["e1'"]);
     }
@@ -619,7 +643,7 @@ mod tests {
     fn unknown_type_is_reported_once_and_ignored() {
         let mut s = stream(MapSnapshot::sample(1));
         let url = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
-        let out = s.on_request(&req(url, &[], ""), T0);
+        let out = handle(&mut s, &req(url, &[], ""), T0);
         assert!(out.responses.is_empty());
         assert_eq!(
             out.events,
@@ -628,7 +652,7 @@ mod tests {
                 first_time: true
             }]
         );
-        let out = s.on_request(&req(url, &[], ""), T0);
+        let out = handle(&mut s, &req(url, &[], ""), T0);
         assert_eq!(
             out.events,
             [ProtocolEvent::UnknownType {
@@ -642,22 +666,16 @@ mod tests {
     #[test]
     fn versions_are_content_hashes_identical_across_streams() {
         let mut a = stream(MapSnapshot::sample(1));
-        let mut b = SotwStream::new(
-            Arc::new(Proxy::with_defaults("q")),
-            "replica-b",
-            MapSnapshot::sample(1).next(99).shared(),
-        );
-        let ra = a
-            .on_request(&req(CLUSTER_TYPE, &[], ""), T0)
+        let mut b = with("q", MapSnapshot::sample(1).next(99).shared());
+        let ra = handle(&mut a, &req(CLUSTER_TYPE, &[], ""), T0)
             .responses
             .remove(0);
-        let rb = b
-            .on_request(&req(CLUSTER_TYPE, &[], ""), T0)
+        let rb = handle(&mut b, &req(CLUSTER_TYPE, &[], ""), T0)
             .responses
             .remove(0);
         assert_eq!(ra.version_info, rb.version_info);
-        let rc = stream(MapSnapshot::sample(1).with(CLUSTER_TYPE, "c2", b"x"))
-            .on_request(&req(CLUSTER_TYPE, &[], ""), T0)
+        let mut c = stream(MapSnapshot::sample(1).with(CLUSTER_TYPE, "c2", b"x"));
+        let rc = handle(&mut c, &req(CLUSTER_TYPE, &[], ""), T0)
             .responses
             .remove(0);
         assert_ne!(ra.version_info, rc.version_info);
@@ -666,29 +684,27 @@ mod tests {
     #[test]
     fn deleted_listener_disappears_from_the_full_set() {
         let mut s = stream(MapSnapshot::sample(1).with(LISTENER_TYPE, "l2", b"l2"));
-        let r = s
-            .on_request(&req(LISTENER_TYPE, &[], ""), T0)
+        let r = handle(&mut s, &req(LISTENER_TYPE, &[], ""), T0)
             .responses
             .remove(0);
         assert_eq!(names(&r), ["l1", "l2"]);
-        let out = s.on_snapshot(MapSnapshot::sample(1).next(2).shared(), T0);
+        let out = push(&mut s, MapSnapshot::sample(1).next(2).shared(), T0);
         assert_eq!(names(&out.responses[0]), ["l1"]);
     }
 
     #[test]
     fn unsubscribing_everything_answers_empty_and_stops_pushes() {
         let mut s = stream(MapSnapshot::sample(1));
-        let r = s
-            .on_request(&req(ROUTE_TYPE, &["r1"], ""), T0)
+        let r = handle(&mut s, &req(ROUTE_TYPE, &["r1"], ""), T0)
             .responses
             .remove(0);
-        let r = s
-            .on_request(&req(ROUTE_TYPE, &[], &r.nonce), T0)
+        let r = handle(&mut s, &req(ROUTE_TYPE, &[], &r.nonce), T0)
             .responses
             .remove(0);
         assert!(r.resources.is_empty());
-        s.on_request(&req(ROUTE_TYPE, &[], &r.nonce), T0);
-        let out = s.on_snapshot(
+        handle(&mut s, &req(ROUTE_TYPE, &[], &r.nonce), T0);
+        let out = push(
+            &mut s,
             MapSnapshot::sample(1)
                 .with(ROUTE_TYPE, "r1", b"r1'")
                 .next(2)
@@ -700,10 +716,8 @@ mod tests {
 
     #[test]
     fn never_the_same_name_twice_in_a_response() {
-        let snapshot = Arc::new(crate::ads::state::DuplicatingSnapshot);
-        let mut s = SotwStream::new(Arc::new(Proxy::with_defaults("p")), "r", snapshot);
-        let r = s
-            .on_request(&req(CLUSTER_TYPE, &[], ""), T0)
+        let mut s = with("p", Arc::new(crate::ads::state::DuplicatingSnapshot));
+        let r = handle(&mut s, &req(CLUSTER_TYPE, &[], ""), T0)
             .responses
             .remove(0);
         assert_eq!(names(&r), ["one"]);
@@ -714,11 +728,11 @@ mod tests {
         let mut s = stream(MapSnapshot::sample(1));
         let mut seen = BTreeSet::new();
         for t in [CLUSTER_TYPE, LISTENER_TYPE, ROUTE_TYPE, ENDPOINT_TYPE] {
-            for r in s.on_request(&req(t, &["*"], ""), T0).responses {
+            for r in handle(&mut s, &req(t, &["*"], ""), T0).responses {
                 assert!(seen.insert(r.nonce));
             }
         }
-        for r in s.on_snapshot(MapSnapshot::new(5).shared(), T0).responses {
+        for r in push(&mut s, MapSnapshot::new(5).shared(), T0).responses {
             assert!(seen.insert(r.nonce));
         }
         assert_eq!(seen.len(), 8);

@@ -12,7 +12,7 @@
 //! `report` logs and counts them here — once per generated part, since parts are
 //! cached.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use pilotfish_mesh::model::{Proxy, Resolution, TargetPort};
 use pilotfish_mesh::push_context::{PushContext, diff};
 
+pub use crate::ads::ResourceMap;
 use crate::ads::{ChangeKind, Resource, XdsSnapshot, XdsType};
 
 use super::canonical::canonicalize;
@@ -32,9 +33,6 @@ use super::sanitize::{sanitize_listeners, sanitize_routes};
 use super::scope::{Flavor, Part, Scope, ScopeIndex};
 use super::util::resource_any;
 use super::{cds, eds, lds, rds};
-
-/// Generated resources of one part, by name.
-pub type ResourceMap = BTreeMap<String, Arc<Resource>>;
 
 /// A concurrent map of lazily computed values; one computation per key.
 #[derive(Debug)]
@@ -403,24 +401,9 @@ impl XdsSnapshot for GeneratedSnapshot {
         self.version
     }
 
-    fn resources(
-        &self,
-        proxy: &Proxy,
-        type_url: &str,
-        names: Option<&BTreeSet<String>>,
-    ) -> Vec<Arc<Resource>> {
-        let Some(kind) = XdsType::from_type_url(type_url) else {
-            return Vec::new();
-        };
-        // Served straight from the cached parts: no per-request copy of the maps.
-        let parts = self.parts_of(proxy, kind);
-        match names {
-            None => parts.iter().flat_map(|p| p.values().cloned()).collect(),
-            Some(names) => names
-                .iter()
-                .filter_map(|n| parts.iter().find_map(|p| p.get(n).cloned()))
-                .collect(),
-        }
+    /// Straight from the cached parts: every proxy of a scope gets the same `Arc`s.
+    fn parts(&self, proxy: &Proxy, kind: XdsType) -> Vec<Arc<ResourceMap>> {
+        self.parts_of(proxy, kind)
     }
 
     fn change_since(&self, previous: u64) -> ChangeKind {
