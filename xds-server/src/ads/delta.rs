@@ -732,4 +732,116 @@ mod tests {
         let r = one(push(&mut s, MapSnapshot::sample(1).next(3).shared(), T0));
         assert_eq!(sent(&r), ["l1"]);
     }
+
+    #[test]
+    fn snapshots_that_arrive_before_the_stream_can_send_are_replaced_by_the_newest() {
+        let mut s = stream(MapSnapshot::sample(1));
+        let first = one(handle(&mut s, &req(CLUSTER_TYPE, &["*"], &[], ""), T0));
+        s.on_request(&req(CLUSTER_TYPE, &[], &[], &first.nonce), T0);
+        // c2 changes, then is deleted, then c3 appears, all before the stream can send.
+        let base = MapSnapshot::sample(1);
+        for snapshot in [
+            base.with(CLUSTER_TYPE, "c2", b"c2'").next(2),
+            MapSnapshot::sample(1).without(CLUSTER_TYPE, "c2").next(3),
+            MapSnapshot::sample(1)
+                .without(CLUSTER_TYPE, "c2")
+                .with(CLUSTER_TYPE, "c3", b"c3")
+                .next(4),
+        ] {
+            s.on_snapshot(ServedSnapshot::new(snapshot.shared()));
+        }
+        let out = drain(&mut s);
+        assert_eq!(out.len(), 1, "one response for three snapshots");
+        assert_eq!(sent(&out[0]), ["c3"]);
+        assert_eq!(out[0].removed_resources, ["c2"]);
+        assert_eq!(out[0].nonce, "2");
+    }
+
+    #[test]
+    fn an_ack_arriving_while_a_newer_response_is_owed_is_an_ack_not_stale() {
+        let mut s = stream(MapSnapshot::sample(1));
+        let first = one(handle(&mut s, &req(LISTENER_TYPE, &["*"], &[], ""), T0));
+        s.on_snapshot(ServedSnapshot::new(
+            MapSnapshot::sample(1)
+                .with(LISTENER_TYPE, "l1", b"l1'")
+                .next(2)
+                .shared(),
+        ));
+        let events = s.on_request(&req(LISTENER_TYPE, &[], &[], &first.nonce), T0);
+        assert!(
+            matches!(events[..], [ProtocolEvent::Ack { .. }]),
+            "{events:?}"
+        );
+        assert_eq!(s.status().0[0].sync_state(), "SYNCED");
+        let next = one(Output {
+            responses: drain(&mut s),
+            events: vec![],
+        });
+        assert_eq!(sent(&next), ["l1"]);
+        assert_eq!(s.status().0[0].sync_state(), "STALE");
+    }
+
+    #[test]
+    fn what_the_client_holds_is_the_view_shared_by_its_scope() {
+        let served = ServedSnapshot::new(MapSnapshot::sample(1).shared());
+        let names = NameSets::new();
+        let mut streams: Vec<DeltaStream> = (0..3)
+            .map(|i| {
+                DeltaStream::new(
+                    Arc::new(Proxy::with_defaults(format!("p{i}"))),
+                    served.clone(),
+                    names.clone(),
+                )
+            })
+            .collect();
+        for s in &mut streams {
+            let r = one(handle(s, &req(ENDPOINT_TYPE, &["c1", "c2"], &[], ""), T0));
+            assert_eq!(sent(&r), ["c1", "c2"]);
+        }
+        let held: Vec<Arc<View>> = streams
+            .iter()
+            .map(|s| match &s.types[XdsType::Endpoint.index()].holds {
+                Held::View(view) => view.clone(),
+                other => panic!("holds {other:?}"),
+            })
+            .collect();
+        assert!(held.windows(2).all(|w| Arc::ptr_eq(&w[0], &w[1])));
+        assert_eq!(names.len(), 1);
+        // A snapshot with the same endpoints: nothing sent, and the streams move to the
+        // new snapshot's view so the old one can go.
+        let next = ServedSnapshot::new(MapSnapshot::sample(1).next(2).shared());
+        for s in &mut streams {
+            s.on_snapshot(next.clone());
+            assert!(drain(s).is_empty());
+        }
+        assert_eq!(
+            Arc::strong_count(&held[0]),
+            held.len(),
+            "only this test holds the old view"
+        );
+        assert_eq!(next.live_views(), 1);
+    }
+
+    #[test]
+    fn a_client_that_holds_nothing_gets_the_views_shared_body() {
+        let mut s = stream(MapSnapshot::sample(1));
+        s.on_request(&req(CLUSTER_TYPE, &["*"], &[], ""), T0);
+        let response = s.next_response(T0).expect("a response");
+        assert!(
+            matches!(&response.resources, DeltaResources::All(view) if view.len() == 2),
+            "{response:?}"
+        );
+        // A reconnect holding one of the two: only the other, as its own resource.
+        let mut again = stream(MapSnapshot::sample(1));
+        let mut request = req(CLUSTER_TYPE, &["*"], &[], "");
+        request.initial_resource_versions = response
+            .resources
+            .iter()
+            .take(1)
+            .map(|r| (r.name.clone(), r.version.clone()))
+            .collect();
+        again.on_request(&request, T0);
+        let response = again.next_response(T0).expect("a response");
+        assert!(matches!(&response.resources, DeltaResources::Some(list) if list.len() == 1));
+    }
 }

@@ -737,4 +737,182 @@ mod tests {
         }
         assert_eq!(seen.len(), 8);
     }
+
+    /// Acknowledges `r` on `s` (the events of the ACK; nothing is sent).
+    fn ack(s: &mut SotwStream, r: &DiscoveryResponse, names: &[&str]) -> Vec<ProtocolEvent> {
+        let mut request = req(&r.type_url, names, &r.nonce);
+        request.version_info = r.version_info.clone();
+        let events = s.on_request(&request, T0);
+        assert!(!s.has_owed(), "an ACK owes nothing");
+        events
+    }
+
+    #[test]
+    fn snapshots_that_arrive_before_the_stream_can_send_are_replaced_by_the_newest() {
+        let mut s = stream(MapSnapshot::sample(1));
+        let first = handle(&mut s, &req(CLUSTER_TYPE, &[], ""), T0)
+            .responses
+            .remove(0);
+        ack(&mut s, &first, &[]);
+        // Three snapshots while the transport is busy: nothing is computed yet.
+        for (version, payload) in [(2, b"c1-v2"), (3, b"c1-v3"), (4, b"c1-v4")] {
+            s.on_snapshot(ServedSnapshot::new(
+                MapSnapshot::sample(1)
+                    .with(CLUSTER_TYPE, "c1", payload)
+                    .next(version)
+                    .shared(),
+            ));
+        }
+        assert!(s.has_owed());
+        // When it can send: one response, of the newest snapshot, with the next nonce.
+        let sent = drain(&mut s);
+        assert_eq!(sent.len(), 1);
+        assert_eq!(names(&sent[0]), ["c1-v4", "c2"]);
+        assert_eq!(
+            sent[0].nonce, "2",
+            "no nonce was spent on the replaced responses"
+        );
+        assert_eq!(s.snapshot_version(), 4);
+    }
+
+    #[test]
+    fn an_ack_arriving_while_a_newer_response_is_owed_is_an_ack_not_stale() {
+        let mut s = stream(MapSnapshot::sample(1));
+        let first = handle(&mut s, &req(CLUSTER_TYPE, &[], ""), T0)
+            .responses
+            .remove(0);
+        // A new snapshot is owed but not sent when the client's ACK of the first arrives:
+        // the client saw only the first nonce, which is still the latest sent.
+        s.on_snapshot(ServedSnapshot::new(
+            MapSnapshot::sample(1)
+                .with(CLUSTER_TYPE, "c9", b"c9")
+                .next(2)
+                .shared(),
+        ));
+        let mut request = req(CLUSTER_TYPE, &[], &first.nonce);
+        request.version_info = first.version_info.clone();
+        let events = s.on_request(&request, T0);
+        assert!(
+            matches!(events[..], [ProtocolEvent::Ack { .. }]),
+            "{events:?}"
+        );
+        let (status, _) = s.status();
+        assert_eq!(status[0].sync_state(), "SYNCED");
+        // The owed response still goes out, and its NACK is recorded against it.
+        let next = drain(&mut s).remove(0);
+        assert_eq!(names(&next), ["c1", "c2", "c9"]);
+        let events = s.on_request(&nack(CLUSTER_TYPE, &[], &next.nonce), T0);
+        assert!(
+            matches!(events[..], [ProtocolEvent::Nack { .. }]),
+            "{events:?}"
+        );
+        assert_eq!(s.status().0[0].sync_state(), "NACKED");
+    }
+
+    #[test]
+    fn owed_types_go_out_in_make_before_break_order_whatever_the_order_asked() {
+        let mut s = stream(MapSnapshot::sample(1));
+        // Asked while the transport is busy, routes first.
+        for (t, n) in [
+            (ROUTE_TYPE, &["r1"][..]),
+            (LISTENER_TYPE, &[]),
+            (ENDPOINT_TYPE, &["c1"]),
+            (CLUSTER_TYPE, &[]),
+        ] {
+            s.on_request(&req(t, n, ""), T0);
+        }
+        let sent = drain(&mut s);
+        assert_eq!(
+            types(&Output {
+                responses: sent,
+                events: vec![]
+            }),
+            [CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE]
+        );
+    }
+
+    #[test]
+    fn a_snapshot_that_changes_nothing_for_the_stream_sends_nothing_and_frees_the_old_views() {
+        let mut s = stream(MapSnapshot::sample(1));
+        let cds = handle(&mut s, &req(CLUSTER_TYPE, &[], ""), T0)
+            .responses
+            .remove(0);
+        ack(&mut s, &cds, &[]);
+        let old = s.sent_view(XdsType::Cluster).expect("sent");
+        let next = ServedSnapshot::new(MapSnapshot::sample(1).next(2).shared());
+        s.on_snapshot(next.clone());
+        assert!(drain(&mut s).is_empty());
+        let now = s.sent_view(XdsType::Cluster).expect("still recorded");
+        assert!(
+            !Arc::ptr_eq(&old, &now),
+            "the record moved to the new snapshot's view"
+        );
+        assert_eq!(
+            Arc::strong_count(&old),
+            1,
+            "only this test holds the old view"
+        );
+        assert_eq!(s.status().0[0].sync_state(), "SYNCED");
+    }
+
+    #[test]
+    fn streams_of_one_scope_share_their_records_and_subscriptions() {
+        let served = ServedSnapshot::new(MapSnapshot::sample(1).shared());
+        let names = NameSets::new();
+        let mut streams: Vec<SotwStream> = (0..3)
+            .map(|i| {
+                SotwStream::new(
+                    Arc::new(Proxy::with_defaults(format!("p{i}"))),
+                    served.clone(),
+                    names.clone(),
+                )
+            })
+            .collect();
+        for s in &mut streams {
+            let r = handle(s, &req(ENDPOINT_TYPE, &["c2", "c1"], ""), T0)
+                .responses
+                .remove(0);
+            ack(s, &r, &["c1", "c2"]);
+        }
+        let views: Vec<Arc<View>> = streams
+            .iter()
+            .map(|s| s.sent_view(XdsType::Endpoint).expect("sent"))
+            .collect();
+        assert!(views.windows(2).all(|w| Arc::ptr_eq(&w[0], &w[1])));
+        assert!(streams.windows(2).all(|w| Arc::ptr_eq(
+            &w[0].types[1].record.subscription.names,
+            &w[1].types[1].record.subscription.names
+        )));
+        assert_eq!(names.len(), 1);
+        assert_eq!(served.live_views(), 1);
+    }
+
+    #[test]
+    fn a_cluster_change_while_the_transport_is_busy_still_warms_its_endpoints() {
+        let mut s = stream(MapSnapshot::sample(1));
+        let cds = handle(&mut s, &req(CLUSTER_TYPE, &[], ""), T0)
+            .responses
+            .remove(0);
+        ack(&mut s, &cds, &[]);
+        let eds = handle(&mut s, &req(ENDPOINT_TYPE, &["c1", "c2"], ""), T0)
+            .responses
+            .remove(0);
+        ack(&mut s, &eds, &["c1", "c2"]);
+        // Two snapshots: the first changes c1, the second nothing more.
+        for version in [2, 3] {
+            s.on_snapshot(ServedSnapshot::new(
+                MapSnapshot::sample(1)
+                    .with(CLUSTER_TYPE, "c1", b"c1'")
+                    .next(version)
+                    .shared(),
+            ));
+        }
+        let out = drain(&mut s);
+        let kinds: Vec<&str> = out.iter().map(|r| r.type_url.as_str()).collect();
+        assert_eq!(kinds, [CLUSTER_TYPE, ENDPOINT_TYPE]);
+        assert_eq!(
+            out[1].version_info, eds.version_info,
+            "unchanged, sent to warm"
+        );
+    }
 }

@@ -2,6 +2,7 @@
 //! real tonic ADS client over a socket; the generators' golden files, checked by Envoy's
 //! own validation rules; and the generators' behaviour through the snapshot.
 
+mod ads_backpressure;
 mod ads_delta;
 mod ads_sotw;
 mod generators;
