@@ -6,11 +6,13 @@
 //! - [`redis`]: real `redis-server` processes (killable, restartable) and a cuttable TCP link;
 //! - [`grpc`]: gRPC's own xDS client and backend servers (Python `grpcio`);
 //! - [`mesh`]: the `reviews` mesh (Kubernetes YAML) the end-to-end tests route through;
+//! - [`load`]: the ADS load benchmark (`pilotfish-xds-load`, `make bench-load`);
 //! - [`process`]: Pilotfish's binaries as child processes, free ports, plain HTTP GETs.
 
 pub mod apiserver;
 pub mod balancer;
 pub mod grpc;
+pub mod load;
 pub mod mesh;
 pub mod process;
 pub mod redis;

@@ -176,9 +176,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Ok::<(), anyhow::Error>(())
     });
 
-    let xds_listener = TcpListener::bind(cli.xds_addr)
-        .await
-        .with_context(|| format!("cannot listen on {}", cli.xds_addr))?;
+    let xds_listener =
+        ads::listen(cli.xds_addr).with_context(|| format!("cannot listen on {}", cli.xds_addr))?;
     let admin_listener = TcpListener::bind(cli.admin_addr)
         .await
         .with_context(|| format!("cannot listen on {}", cli.admin_addr))?;

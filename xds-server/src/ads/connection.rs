@@ -37,6 +37,23 @@ use crate::metrics;
 /// plus the chunk hyper has in hand.
 pub const MAX_SEND_BUFFER: usize = 64 * 1024;
 
+/// Connections waiting to be accepted: a replica that dies sends thousands of proxies to
+/// the others at once, and a connection beyond the backlog is dropped by the kernel and
+/// retried by the client seconds later. (Linux caps it at `net.core.somaxconn`.)
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds the ADS listener with [`LISTEN_BACKLOG`].
+pub fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// What serves the requests of a connection: the ADS service.
 pub(crate) trait Handler: Clone + Send + Sync + 'static {
     fn handle(

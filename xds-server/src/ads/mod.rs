@@ -34,7 +34,9 @@ mod wire;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-pub use connection::{ConnectionClosing, ConnectionPolicy, MAX_SEND_BUFFER};
+pub use connection::{
+    ConnectionClosing, ConnectionPolicy, LISTEN_BACKLOG, MAX_SEND_BUFFER, listen,
+};
 pub use delta::DeltaStream;
 pub use grpc::{DELTA_PATH, SOTW_PATH, StreamMeter};
 pub use map_snapshot::MapSnapshot;
