@@ -57,7 +57,7 @@ impl MapSnapshot {
             value: payload.to_vec(),
         };
         Arc::make_mut(self.resources.entry(type_url.to_string()).or_default())
-            .insert(name.to_string(), Arc::new(Resource::new(name, body)));
+            .insert(name.to_string(), Resource::new(name, body).shared());
     }
 
     /// Removes a resource.

@@ -19,6 +19,7 @@ mod admission;
 mod connection;
 mod delta;
 mod grpc;
+mod intern;
 mod map_snapshot;
 mod names;
 mod proto;

@@ -7,9 +7,10 @@
 //! (1,200 names are about 100 KiB). Interned, the streams share one `Arc<NameSet>`, and
 //! the engine uses the set's identity as part of the key of the responses it shares.
 
-use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
+
+use super::intern::WeakTable;
 
 /// A set of resource names, sorted and without duplicates. Equal sets obtained from the
 /// same [`NameSets`] are the same `Arc`.
@@ -77,19 +78,11 @@ impl serde::Serialize for NameSet {
     }
 }
 
-/// The interner: every live set once, by content. Entries are weak, so a set lives as
-/// long as some stream subscribes to it; dead entries are swept when the table has
-/// doubled since the last sweep.
+/// The interner: every live set once, by content, held weakly (a set lives as long as
+/// some stream subscribes to it).
 #[derive(Debug, Default)]
 pub struct NameSets {
-    table: Mutex<Table>,
-}
-
-#[derive(Debug, Default)]
-struct Table {
-    by_hash: HashMap<u64, Vec<Weak<NameSet>>>,
-    entries: usize,
-    sweep_at: usize,
+    table: WeakTable<NameSet>,
 }
 
 impl NameSets {
@@ -102,46 +95,16 @@ impl NameSets {
         names.sort_unstable();
         names.dedup();
         let candidate = NameSet::from_sorted(names);
-        // A poisoned lock only means another stream panicked mid-insert; the table is
-        // still a valid cache.
-        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        let bucket = table.by_hash.entry(candidate.hash).or_default();
-        if let Some(existing) = bucket
-            .iter()
-            .filter_map(Weak::upgrade)
-            .find(|s| **s == candidate)
-        {
-            return existing;
-        }
-        let set = Arc::new(candidate);
-        bucket.push(Arc::downgrade(&set));
-        table.entries += 1;
-        if table.entries > table.sweep_at {
-            table.sweep();
-        }
-        set
+        self.table.intern(candidate.hash, candidate, |a, b| a == b)
     }
 
-    /// Live distinct sets (after sweeping dead entries).
+    /// Live distinct sets.
     pub fn len(&self) -> usize {
-        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        table.sweep();
-        table.entries
+        self.table.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-impl Table {
-    fn sweep(&mut self) {
-        self.by_hash.retain(|_, bucket| {
-            bucket.retain(|w| w.strong_count() > 0);
-            !bucket.is_empty()
-        });
-        self.entries = self.by_hash.values().map(Vec::len).sum();
-        self.sweep_at = 2 * self.entries + 64;
     }
 }
 
@@ -173,7 +136,6 @@ mod tests {
         }
         let kept = sets.intern(v(&["kept"]));
         assert_eq!(sets.len(), 1);
-        assert!(sets.table.lock().unwrap().by_hash.len() <= 1);
         assert!(Arc::ptr_eq(&kept, &sets.intern(v(&["kept"]))));
     }
 

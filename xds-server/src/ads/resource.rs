@@ -4,14 +4,20 @@
 //! and copies bytes.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, OnceLock};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use bytes::{Bytes, BytesMut};
 use pilotfish_mesh::model::Proxy;
 use sha2::{Digest, Sha256};
 
+use super::intern::WeakTable;
 use super::proto;
 use super::types::XdsType;
+
+/// Every live resource of the process, by content: the scopes of one snapshot and
+/// successive snapshots generate equal resources again and again, and keep one copy.
+static RESOURCES: LazyLock<WeakTable<Resource>> = LazyLock::new(WeakTable::default);
 
 /// One encoded xDS resource ready to send. Shared (`Arc`) by every stream that sends it.
 #[derive(Clone, Debug)]
@@ -29,8 +35,10 @@ pub struct Resource {
 }
 
 impl PartialEq for Resource {
+    /// Equal names and content. The version is a hash of the content, so it decides
+    /// before the bytes are compared.
     fn eq(&self, other: &Self) -> bool {
-        self.name == other.name && self.version == other.version && self.body == other.body
+        self.version == other.version && self.name == other.name && self.body == other.body
     }
 }
 
@@ -44,6 +52,21 @@ impl Resource {
             body,
             delta_entry: OnceLock::new(),
         }
+    }
+
+    /// The one shared copy of this resource: an equal resource (same type, name and
+    /// content) that is alive anywhere in the process, or this one. Snapshots hand out
+    /// interned resources, so equal content is one allocation and one encoding however
+    /// many scopes and snapshots generate it.
+    pub fn shared(self) -> Arc<Resource> {
+        let mut hasher = DefaultHasher::new();
+        (&self.body.type_url, &self.name, &self.version).hash(&mut hasher);
+        RESOURCES.intern(hasher.finish(), self, |a, b| a == b)
+    }
+
+    /// Live interned resources in the process.
+    pub fn interned() -> usize {
+        RESOURCES.len()
     }
 
     /// The encoded `DeltaDiscoveryResponse.resources` entry (tag, length, message).

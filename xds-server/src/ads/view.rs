@@ -9,18 +9,25 @@
 //! held weakly by the snapshot, so one lives exactly as long as some stream refers to it.
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock, Weak};
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use pilotfish_mesh::model::Proxy;
 use sha2::{Digest, Sha256};
 
+use super::intern::WeakTable;
 use super::names::NameSet;
 use super::proto;
 use super::resource::{ChangeKind, Resource, ResourceMap, XdsSnapshot};
 use super::types::XdsType;
+
+/// Every live view of the process, by content. Resources are interned, so two views with
+/// the same content hold the same resources; keeping one of them makes scopes that see
+/// the same resources, and snapshots that did not change them, share one view, one
+/// record and one encoding.
+static VIEWS: LazyLock<WeakTable<View>> = LazyLock::new(WeakTable::default);
 
 /// The resources of one type selected for a scope and a subscription, in name order.
 #[derive(Debug)]
@@ -55,6 +62,27 @@ impl View {
     /// No resources.
     pub fn empty(xds_type: XdsType) -> View {
         View::new(xds_type, Vec::new())
+    }
+
+    /// The one shared view with this content: an equal view alive anywhere in the
+    /// process, or this one.
+    pub fn shared(self) -> Arc<View> {
+        let mut hasher = DefaultHasher::new();
+        (self.xds_type, &self.version).hash(&mut hasher);
+        VIEWS.intern(hasher.finish(), self, |a, b| {
+            a.xds_type == b.xds_type
+                && a.version == b.version
+                && a.resources.len() == b.resources.len()
+                && a.resources
+                    .iter()
+                    .zip(b.resources.iter())
+                    .all(|(x, y)| Arc::ptr_eq(x, y) || x == y)
+        })
+    }
+
+    /// Live views in the process.
+    pub fn interned() -> usize {
+        VIEWS.len()
     }
 
     pub fn xds_type(&self) -> XdsType {
@@ -236,7 +264,7 @@ impl ServedSnapshot {
         }
         // Computed outside the lock: a view costs a pass over its resources, and two
         // streams racing for the same one both get whichever was stored first.
-        let view = Arc::new(cut(xds_type, &key.parts, key.names.as_deref()));
+        let view = cut(xds_type, &key.parts, key.names.as_deref()).shared();
         let mut table = self.lock();
         if let Some(existing) = table.views.get(&key).and_then(Weak::upgrade) {
             return existing;
@@ -356,7 +384,12 @@ mod tests {
 
     #[test]
     fn equal_requests_share_one_view_and_one_encoding() {
-        let served = ServedSnapshot::new(MapSnapshot::sample(1).shared());
+        // Content no other test uses: views are shared process-wide.
+        let served = ServedSnapshot::new(
+            MapSnapshot::sample(1)
+                .with(CLUSTER_TYPE, "only-in-this-test", b"x")
+                .shared(),
+        );
         let a = served.view(&proxy(), XdsType::Cluster, None);
         let b = served.view(&Proxy::with_defaults("q"), XdsType::Cluster, None);
         assert!(Arc::ptr_eq(&a, &b));

@@ -366,7 +366,8 @@ fn part_label(part: Part) -> &'static str {
 }
 
 /// Encodes resources once, by name (a name already present keeps its first resource:
-/// one response never carries a name twice).
+/// one response never carries a name twice), each as the process's one shared copy of
+/// its content ([`Resource::shared`]): scopes that generate equal resources keep one.
 fn encode<M: prost::Message + prost::Name>(
     items: Vec<M>,
     name: impl Fn(&M) -> &String,
@@ -391,7 +392,7 @@ fn encode<M: prost::Message + prost::Name>(
                 e.bytes
             }
         };
-        out.insert(n.clone(), Arc::new(Resource::new(n, body)));
+        out.insert(n.clone(), Resource::new(n, body).shared());
     }
     out
 }
