@@ -812,7 +812,9 @@ mod tests {
         for s in &mut streams {
             s.on_snapshot(next.clone());
             assert!(drain(s).is_empty());
-            assert!(matches!(&s.types[XdsType::Endpoint.index()].holds, Held::View(v) if Arc::ptr_eq(v, &held[0])));
+            assert!(
+                matches!(&s.types[XdsType::Endpoint.index()].holds, Held::View(v) if Arc::ptr_eq(v, &held[0]))
+            );
         }
         assert_eq!(next.live_views(), 1);
     }

@@ -45,7 +45,7 @@ pub use names::{NameSet, NameSets};
 pub use registry::{
     ConnectionRegistry, StreamHandle, StreamMode, StreamStatus, SyncStatus, TypeSync,
 };
-pub use resource::{ChangeKind, Resource, ResourceMap, XdsSnapshot, content_version};
+pub use resource::{ChangeKind, Resource, ResourceMap, XdsSnapshot, content_version, shared_part};
 pub use service::{AdsConfig, AdsError, AdsServer};
 pub use sotw::SotwStream;
 pub use state::{

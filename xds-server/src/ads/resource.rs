@@ -101,6 +101,26 @@ pub fn content_version(body: &prost_types::Any) -> String {
 /// Generated resources of one part of a proxy's configuration, by name.
 pub type ResourceMap = BTreeMap<String, Arc<Resource>>;
 
+/// Every live part of the process, by content.
+static PARTS: LazyLock<WeakTable<ResourceMap>> = LazyLock::new(WeakTable::default);
+
+/// The one shared copy of a part's content: an equal part (the same names and the same
+/// interned resources) alive anywhere in the process, or `part` itself. Scopes whose
+/// parts come out the same then share one map, and the engine — which keys its shared
+/// responses on the parts' identity — one response.
+pub fn shared_part(part: ResourceMap) -> Arc<ResourceMap> {
+    let mut hasher = DefaultHasher::new();
+    for (name, resource) in &part {
+        (name, &resource.version).hash(&mut hasher);
+    }
+    PARTS.intern(hasher.finish(), part, |a, b| {
+        a.len() == b.len()
+            && a.iter()
+                .zip(b.iter())
+                .all(|((n, x), (m, y))| n == m && (Arc::ptr_eq(x, y) || x == y))
+    })
+}
+
 /// How a snapshot differs from an earlier one, as far as the publisher knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChangeKind {

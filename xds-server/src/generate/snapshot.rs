@@ -6,7 +6,14 @@
 //! their own inbound ports differ. The cache lives and dies with the snapshot.
 //!
 //! Each cache slot is a `OnceLock`: concurrent requests for the same part wait for one
-//! generation instead of repeating it.
+//! generation instead of repeating it. A generated part is the process's one shared copy
+//! of its content ([`shared_part`]), so scopes (and snapshots) that generate the same
+//! resources hold one map, and the engine's responses cut from it are shared too.
+//!
+//! The outbound plan every planned part derives from is large (a merged traffic policy per
+//! cluster) and cheap to compute, so it is not kept for the snapshot's lifetime: it is
+//! cached weakly, and the first part of a scope that needs it generates its planned
+//! siblings while the plan is at hand.
 //!
 //! The generators do no telemetry: each part's generation returns its [`Finding`]s, and
 //! `report` logs and counts them here — once per generated part, since parts are
@@ -15,13 +22,13 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use pilotfish_mesh::model::{Proxy, Resolution, TargetPort};
 use pilotfish_mesh::push_context::{PushContext, diff};
 
 pub use crate::ads::ResourceMap;
-use crate::ads::{ChangeKind, Resource, XdsSnapshot, XdsType};
+use crate::ads::{ChangeKind, Resource, XdsSnapshot, XdsType, shared_part};
 
 use super::canonical::canonicalize;
 use super::findings::{Finding, RouteKind};
@@ -60,7 +67,24 @@ impl<K: Eq + Hash, V: Clone> Cache<K, V> {
     fn len(&self) -> usize {
         self.slots.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
+
+    /// Whether `key` has a value (or one is being computed).
+    fn contains(&self, key: &K) -> bool {
+        self.slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .is_some_and(|slot| slot.get().is_some())
+    }
 }
+
+/// The parts derived from a scope's outbound plan.
+const PLANNED: [Part; 4] = [
+    Part::OutboundClusters,
+    Part::Endpoints,
+    Part::OutboundListeners,
+    Part::Routes,
+];
 
 /// One mesh snapshot, as served over xDS.
 #[derive(Debug)]
@@ -71,7 +95,8 @@ pub struct GeneratedSnapshot {
     change: ChangeKind,
     previous_version: Option<u64>,
     index: ScopeIndex,
-    plans: Cache<Scope, Arc<OutboundPlan>>,
+    /// Held weakly: alive while parts of the scope are being generated.
+    plans: Mutex<HashMap<Scope, Weak<OutboundPlan>>>,
     parts: Cache<(Part, Scope), Arc<ResourceMap>>,
     generations: AtomicU64,
 }
@@ -102,7 +127,7 @@ impl GeneratedSnapshot {
             change,
             previous_version,
             index,
-            plans: Cache::new(),
+            plans: Mutex::new(HashMap::new()),
             parts: Cache::new(),
             generations: AtomicU64::new(0),
         }
@@ -158,15 +183,36 @@ impl GeneratedSnapshot {
 
     fn plan(&self, proxy: &Proxy, scope: &Scope) -> Arc<OutboundPlan> {
         let key = scope.for_part(Part::OutboundClusters);
-        self.plans.get_or_init(key, || {
-            let mut findings = Vec::new();
-            let plan = outbound_plan(&self.push, proxy, Flavor::of(proxy), &mut findings);
-            report(&findings);
-            Arc::new(plan)
-        })
+        let lock = || self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(plan) = lock().get(&key).and_then(Weak::upgrade) {
+            return plan;
+        }
+        let mut findings = Vec::new();
+        let plan = Arc::new(outbound_plan(
+            &self.push,
+            proxy,
+            Flavor::of(proxy),
+            &mut findings,
+        ));
+        report(&findings);
+        lock().insert(key, Arc::downgrade(&plan));
+        plan
     }
 
     fn part(&self, proxy: &Proxy, scope: &Scope, part: Part) -> Arc<ResourceMap> {
+        let key = (part, scope.for_part(part));
+        if PLANNED.contains(&part) && !self.parts.contains(&key) {
+            // One plan serves every planned part of the scope: generate them while it is
+            // held here, rather than computing it again for each.
+            let _plan = self.plan(proxy, scope);
+            for sibling in PLANNED {
+                self.generated(proxy, scope, sibling);
+            }
+        }
+        self.generated(proxy, scope, part)
+    }
+
+    fn generated(&self, proxy: &Proxy, scope: &Scope, part: Part) -> Arc<ResourceMap> {
         let key = (part, scope.for_part(part));
         self.parts.get_or_init(key, || {
             self.generations.fetch_add(1, Ordering::Relaxed);
@@ -174,7 +220,7 @@ impl GeneratedSnapshot {
             let mut findings = Vec::new();
             let resources = self.generate(proxy, scope, part, &mut findings);
             report(&findings);
-            Arc::new(resources)
+            shared_part(resources)
         })
     }
 
