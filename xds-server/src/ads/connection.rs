@@ -172,7 +172,12 @@ async fn serve_one<A: Handler>(
     let signal = ConnectionClosing(closing.clone());
     let svc = hyper::service::service_fn(move |request: Request<Incoming>| {
         let (service, signal) = (service.clone(), signal.clone());
-        async move { Ok::<_, Infallible>(service.handle(request, Some(peer), Some(signal)).await) }
+        // Boxed: hyper keeps a stream's service future inline in the stream's task for as
+        // long as the stream lives, so its full size would be paid per stream; boxed it
+        // is a pointer, and the future is freed once it has answered.
+        Box::pin(async move {
+            Ok::<_, Infallible>(service.handle(request, Some(peer), Some(signal)).await)
+        })
     });
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder

@@ -19,15 +19,15 @@ use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 
 use bytes::{Buf, Bytes, BytesMut};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{HeaderMap, Response};
 use serde::Serialize;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 use tonic::Status;
 
 use super::wire::{Encoded, GRPC_PREFIX};
@@ -80,13 +80,40 @@ impl Serialize for StreamMeter {
     }
 }
 
+/// What a stream and its body share: at most one message, and who is still there. A
+/// mutex and two notifiers rather than a channel: a stream holds one of these for its
+/// whole life, so its size is paid per stream.
+#[derive(Debug, Default)]
+struct Slot {
+    state: Mutex<SlotState>,
+    /// Body → stream: it has nothing in hand and wants the next message.
+    demand: Notify,
+    /// Body → stream: the body is gone.
+    body_gone: Notify,
+}
+
+#[derive(Debug, Default)]
+struct SlotState {
+    message: Option<Encoded>,
+    body_waker: Option<Waker>,
+    /// The stream dropped its outbox: the body ends after the message in the slot.
+    stream_done: bool,
+    /// The status the body ends with (OK when unset).
+    ending: Option<Status>,
+    body_dropped: bool,
+}
+
+impl Slot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotState> {
+        // Each critical section is a few field updates: a poisoned slot is still valid.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// The stream's side of its response body.
 #[derive(Debug)]
 pub struct Outbox {
-    tx: mpsc::Sender<Encoded>,
-    demand: Arc<Notify>,
-    /// The status the response ends with once the outbox is dropped (OK when unset).
-    ending: Arc<OnceLock<Status>>,
+    slot: Arc<Slot>,
     meter: Arc<StreamMeter>,
 }
 
@@ -94,14 +121,12 @@ pub struct Outbox {
 /// trailers. An empty body (trailers-only responses) ends at once.
 #[derive(Debug)]
 pub struct AdsBody {
-    stream: Option<Box<BodyStream>>,
+    stream: Option<BodyStream>,
 }
 
 #[derive(Debug)]
 struct BodyStream {
-    rx: mpsc::Receiver<Encoded>,
-    demand: Arc<Notify>,
-    ending: Arc<OnceLock<Status>>,
+    slot: Arc<Slot>,
     meter: Arc<StreamMeter>,
     current: Option<Encoded>,
     done: bool,
@@ -109,73 +134,87 @@ struct BodyStream {
 
 /// A body and the outbox that feeds it.
 pub fn response_channel() -> (AdsBody, Outbox) {
-    // One slot: the stream puts a message only when the body asked for one, and the
-    // body takes it before asking again.
-    let (tx, rx) = mpsc::channel(1);
-    let demand = Arc::new(Notify::new());
-    let ending = Arc::new(OnceLock::new());
+    let slot = Arc::new(Slot::default());
     let meter = Arc::new(StreamMeter::default());
     let body = AdsBody {
-        stream: Some(Box::new(BodyStream {
-            rx,
-            demand: demand.clone(),
-            ending: ending.clone(),
+        stream: Some(BodyStream {
+            slot: slot.clone(),
             meter: meter.clone(),
             current: None,
             done: false,
-        })),
+        }),
     };
-    (
-        body,
-        Outbox {
-            tx,
-            demand,
-            ending,
-            meter,
-        },
-    )
+    (body, Outbox { slot, meter })
 }
 
 impl Outbox {
     /// Completes when the body wants the next message: hyper polled it with nothing in
     /// hand, so h2 has room for this stream. Cancel-safe.
     pub async fn wanted(&self) {
-        self.demand.notified().await
+        self.slot.demand.notified().await
     }
 
     /// Hands a message to the body. `false` when the body is gone or still holds one —
     /// then nothing was handed over (call it only after [`Outbox::wanted`]).
     pub fn try_send(&self, message: Encoded) -> bool {
         let len = message.len() as u64;
-        match self.tx.try_send(message) {
-            Ok(()) => {
-                self.meter.queued.fetch_add(len, Ordering::Relaxed);
-                self.meter.messages.fetch_add(1, Ordering::Relaxed);
-                metrics::QUEUED_BYTES.add(len as i64);
-                true
+        let waker = {
+            let mut state = self.slot.lock();
+            if state.message.is_some() || state.body_dropped {
+                return false;
             }
-            Err(_) => false,
+            state.message = Some(message);
+            state.body_waker.take()
+        };
+        self.meter.queued.fetch_add(len, Ordering::Relaxed);
+        self.meter.messages.fetch_add(1, Ordering::Relaxed);
+        metrics::QUEUED_BYTES.add(len as i64);
+        if let Some(waker) = waker {
+            waker.wake();
         }
+        true
     }
 
     /// Whether the body has room for a message now.
     pub fn has_room(&self) -> bool {
-        self.tx.capacity() > 0
+        self.slot.lock().message.is_none()
     }
 
-    /// Ends the response with `status` (after the message in hand, if any).
+    /// Ends the response with `status` (after the message in hand, if any) once the
+    /// outbox is dropped.
     pub fn end(&self, status: Status) {
-        let _ = self.ending.set(status);
+        self.slot.lock().ending.get_or_insert(status);
     }
 
     /// Completes when the body is gone (the client reset the stream or the connection
-    /// closed).
+    /// closed). Cancel-safe.
     pub async fn closed(&self) {
-        self.tx.closed().await
+        loop {
+            let notified = self.slot.body_gone.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.slot.lock().body_dropped {
+                return;
+            }
+            notified.await;
+        }
     }
 
     pub fn meter(&self) -> &Arc<StreamMeter> {
         &self.meter
+    }
+}
+
+impl Drop for Outbox {
+    fn drop(&mut self) {
+        let waker = {
+            let mut state = self.slot.lock();
+            state.stream_done = true;
+            state.body_waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
     }
 }
 
@@ -211,32 +250,24 @@ impl Body for AdsBody {
                 }
                 stream.current = None;
             }
-            let next = match stream.rx.try_recv() {
-                Ok(next) => Some(next),
-                Err(mpsc::error::TryRecvError::Empty) => {
-                    // Nothing in hand: this is when the stream may compute its next
-                    // response.
-                    stream.demand.notify_one();
-                    match stream.rx.poll_recv(cx) {
-                        Poll::Ready(next) => next,
-                        Poll::Pending => return Poll::Pending,
-                    }
-                }
-                Err(mpsc::error::TryRecvError::Disconnected) => None,
-            };
-            match next {
-                Some(message) => stream.current = Some(message),
-                // The stream is over: its status goes in the trailers.
-                None => {
-                    stream.done = true;
-                    let status = stream
-                        .ending
-                        .get()
-                        .cloned()
-                        .unwrap_or_else(|| Status::ok(""));
-                    return Poll::Ready(Some(Ok(Frame::trailers(trailers(&status)))));
-                }
+            let mut state = stream.slot.lock();
+            if let Some(message) = state.message.take() {
+                drop(state);
+                stream.current = Some(message);
+                continue;
             }
+            if state.stream_done {
+                // The stream is over: its status goes in the trailers.
+                let status = state.ending.take().unwrap_or_else(|| Status::ok(""));
+                drop(state);
+                stream.done = true;
+                return Poll::Ready(Some(Ok(Frame::trailers(trailers(&status)))));
+            }
+            // Nothing in hand: this is when the stream may compute its next response.
+            state.body_waker = Some(cx.waker().clone());
+            drop(state);
+            stream.slot.demand.notify_one();
+            return Poll::Pending;
         }
     }
 
@@ -254,6 +285,14 @@ impl Drop for BodyStream {
         // What was never sent leaves the queued-bytes gauge with the body.
         let left = self.meter.queued.swap(0, Ordering::Relaxed);
         metrics::QUEUED_BYTES.sub(left as i64);
+        let unsent = {
+            let mut state = self.slot.lock();
+            state.body_dropped = true;
+            state.body_waker = None;
+            state.message.take()
+        };
+        drop(unsent);
+        self.slot.body_gone.notify_waiters();
     }
 }
 
