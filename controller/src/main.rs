@@ -5,6 +5,10 @@
 //! `main` supervises every long-lived task (watchers, Lease election, status writer,
 //! source loop, admin server, Redis watchdog): if any of them ends, the process exits
 //! non-zero, so a dead task never hides behind a healthy-looking pod.
+//!
+//! Snapshots are signed with `--signing-key-file` (Ed25519, PKCS#8 PEM); replicas verify
+//! them with the public key. The controller verifies what it reads back at start with its
+//! own public key and any `--verify-keys` (a previous key, during a rotation).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -19,8 +23,11 @@ use pilotfish_controller::{admin, k8s, metrics, validate_cmd};
 use pilotfish_mesh::api;
 use pilotfish_mesh::push_context::BuildInputs;
 use pilotfish_shared::bus::redis::RedisPublisher;
-use pilotfish_shared::bus::{BusError, PublishOutcome};
-use pilotfish_shared::cli::{RedisArgs, load_mesh_config, replica_name};
+use pilotfish_shared::bus::{BusError, Claim, PublishOutcome};
+use pilotfish_shared::cli::{
+    BlobArgs, RedisArgs, load_mesh_config, load_signing_key, load_verify_keys, replica_name,
+    unique_identity,
+};
 use pilotfish_shared::pipeline::folder::{FolderLoop, FolderObserver};
 use pilotfish_shared::pipeline::{self, Built, Pipeline};
 use pilotfish_shared::supervise::{Supervisor, run_main};
@@ -80,6 +87,14 @@ struct RunArgs {
     /// Redis to publish snapshots to.
     #[command(flatten)]
     redis: RedisArgs,
+    /// Snapshot blob size limit and extra verify keys (for reading back what a previous
+    /// signing key published, during a rotation).
+    #[command(flatten)]
+    blob: BlobArgs,
+    /// The Ed25519 private key (PKCS#8 PEM: `openssl genpkey -algorithm ed25519`) that
+    /// signs every snapshot; replicas hold its public key.
+    #[arg(long, env = "PILOTFISH_SIGNING_KEY_FILE")]
+    signing_key_file: Option<PathBuf>,
     /// Read configuration from this folder instead of the Kubernetes API.
     #[arg(long, env = "PILOTFISH_CONFIG_DIR")]
     config_dir: Option<PathBuf>,
@@ -122,6 +137,13 @@ impl FolderObserver for FolderAdmin {
             .set_leader(serde_json::json!({"mode": "config-dir", "leader": true, "epoch": epoch}));
     }
 
+    fn seed_retrying(&self, error: &str) {
+        self.0.set_ready(
+            false,
+            format!("waiting to read back the published snapshot (it keeps the last good version of objects invalid now); Redis: {error}"),
+        );
+    }
+
     fn published(&self, built: &Built, outcome: Result<&PublishOutcome, &BusError>) {
         match outcome {
             Ok(o @ (PublishOutcome::Published(_) | PublishOutcome::Unchanged(_))) => {
@@ -146,6 +168,17 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     let Some(redis) = args.redis.config()? else {
         bail!("the controller publishes snapshots to Redis: give --redis-url (or use `validate`)");
     };
+    let Some(key_file) = &args.signing_key_file else {
+        bail!(
+            "the controller signs snapshots: give --signing-key-file (an Ed25519 private key in PKCS#8 PEM, e.g. from `openssl genpkey -algorithm ed25519`)"
+        );
+    };
+    let signer = load_signing_key(key_file).context("invalid --signing-key-file")?;
+    let mut verify_keys =
+        load_verify_keys(&args.blob.verify_keys).context("invalid --verify-keys")?;
+    verify_keys.insert(signer.verify_key());
+    let limits = args.blob.limits();
+    let redis = redis.with_max_blob_bytes(args.blob.max_blob_bytes as u64);
     let publisher = RedisPublisher::new(redis.clone())?;
     let timings = LeaseTimings {
         lease_duration: args.lease_duration.as_std(),
@@ -159,21 +192,21 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     let admin_listener = admin::bind(args.admin_addr)
         .await
         .with_context(|| format!("cannot listen on {}", args.admin_addr))?;
-    tracing::info!(replica = %replica, admin = %admin_listener.local_addr()?, redis = %redis, "pilotfish-controller starting");
+    tracing::info!(replica = %replica, admin = %admin_listener.local_addr()?, redis = %redis, key_id = %signer.key_id(), "pilotfish-controller starting");
 
     let mut tasks = Supervisor::new();
     let (state, admin_stop) = (admin_state.clone(), tasks.shutdown_token());
     tasks.spawn("admin server", async move {
         admin::serve(admin_listener, state, admin_stop).await
     });
-    tasks.spawn_background("Redis watchdog", publisher.spawn_watchdog().join());
     let base = BuildInputs {
         mesh,
         cluster_domain: cli.cluster_domain.clone(),
         ..Default::default()
     };
-    let pipeline = Pipeline::new(Arc::new(publisher.clone()));
-    match args.config_dir {
+    let pipeline = Pipeline::new(Arc::new(publisher.clone()), signer);
+    let seed = pipeline::seed::read_published(Arc::new(publisher.clone()), limits, verify_keys);
+    let claim: Claim = match args.config_dir {
         Some(dir) => {
             let folder = FolderLoop {
                 dir,
@@ -186,8 +219,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             admin_state.set_leader(serde_json::json!({"mode": "config-dir", "leader": true, "note": "one writer per key prefix; no Lease"}));
             let observer = FolderAdmin(admin_state.clone());
             tasks.spawn_background("config-dir source", async move {
-                folder.run(pipeline, &observer).await
+                folder.run(pipeline, Some(seed), &observer).await
             });
+            // No Lease: one writer per prefix; a fenced writer stops by itself.
+            Arc::new(|| true)
         }
         None => {
             let client = kube::Client::try_default().await.context(
@@ -202,6 +237,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                         .filter(|n| !n.is_empty())
                 })
                 .unwrap_or_else(|| "istio-system".to_string());
+            let identity = unique_identity(&replica);
             let mode = k8s::KubeMode {
                 client,
                 base,
@@ -210,22 +246,24 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 lease: LeaseConfig {
                     name: args.lease_name.clone(),
                     namespace: lease_namespace,
-                    identity: replica.clone(),
+                    identity: identity.clone(),
                     timings,
                 },
             };
-            tracing::info!(lease = %format!("{}/{}", mode.lease.namespace, mode.lease.name), identity = %replica, ?timings, "Kubernetes source: watching the API, electing a leader");
-            let seed = pipeline::seed::read_published(Arc::new(publisher), Duration::from_secs(10));
-            for (name, task) in mode.tasks(
+            tracing::info!(lease = %format!("{}/{}", mode.lease.namespace, mode.lease.name), identity = %identity, ?timings, "Kubernetes source: watching the API, electing a leader");
+            let (mode_tasks, claim) = mode.tasks(
                 pipeline,
                 Some(seed),
                 admin_state.clone(),
                 tasks.shutdown_token(),
-            ) {
+            );
+            for (name, task) in mode_tasks {
                 tasks.spawn(name, task);
             }
+            claim
         }
-    }
+    };
+    tasks.spawn_background("Redis watchdog", publisher.spawn_watchdog(claim).join());
 
     let code = tasks.wait().await;
     // Cancels the root token: every task ends; the Lease task first releases the Lease

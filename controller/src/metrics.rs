@@ -5,7 +5,10 @@
 
 use std::sync::LazyLock;
 
-use prometheus::{IntCounterVec, IntGauge, Opts, register_int_counter_vec, register_int_gauge};
+use prometheus::{
+    IntCounter, IntCounterVec, IntGauge, Opts, register_int_counter, register_int_counter_vec,
+    register_int_gauge,
+};
 
 // Registration fails only on a duplicate name or a malformed definition: programming
 // errors that the unit test below catches, so a panic at first use is the right response.
@@ -82,6 +85,16 @@ pub static LEADER_TRANSITIONS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("register pilotfish_leader_transitions_total")
 });
 
+/// Terms in which this replica stood down: it held the Lease, yet another writer had a
+/// newer epoch (a stale view, or a second controller on the same Redis prefix).
+pub static STOOD_DOWN: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "pilotfish_leader_stood_down_total",
+        "Terms this controller stopped publishing in because another writer had a newer epoch while it held the Lease."
+    )
+    .expect("register pilotfish_leader_stood_down_total")
+});
+
 /// Status subresource writes, by kind and result (`written`, `conflict`, `error`).
 pub static STATUS_WRITES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
@@ -124,6 +137,7 @@ mod tests {
             .with_label_values(&["VirtualService"])
             .inc();
         LEADER_TRANSITIONS.with_label_values(&["acquired"]).inc();
+        STOOD_DOWN.inc();
         STATUS_WRITES
             .with_label_values(&["VirtualService", "written"])
             .inc();
@@ -138,6 +152,7 @@ mod tests {
             "pilotfish_k8s_watch_errors_total",
             "pilotfish_k8s_decode_errors_total",
             "pilotfish_leader_transitions_total",
+            "pilotfish_leader_stood_down_total",
             "pilotfish_status_writes_total",
             "pilotfish_k8s_events_total",
         ] {

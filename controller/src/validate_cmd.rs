@@ -1,7 +1,9 @@
 //! `pilotfish-controller validate -f FILE_OR_DIR...`: checks Istio configs offline, like
-//! `istioctl validate`. Every error and warning is printed with its object and field path;
-//! references (subsets, hosts) are checked only against the objects given. Exit status 1
-//! when there is at least one error, 0 otherwise.
+//! `istioctl validate`, with Istio's verdicts. Every error and warning is printed with its
+//! object and field path. Each object is judged alone; references (subsets, hosts) are
+//! checked against the objects given and never fail one (a warning). Objects of Istio kinds
+//! Pilotfish does not support yet (Gateway, Sidecar, ...) and fields it does not know are
+//! warnings too. Exit status 1 when there is at least one error, 0 otherwise.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -9,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use pilotfish_mesh::config::{ConfigError, Severity};
-use pilotfish_mesh::document::{MeshObject, SourceError, parse_text, to_inputs};
+use pilotfish_mesh::document::{IgnoredObject, MeshObject, SourceError, parse_text, to_inputs};
 use pilotfish_mesh::mesh_config::MeshConfig;
 use pilotfish_mesh::push_context::{BuildInputs, build};
 use serde_json::json;
@@ -29,7 +31,12 @@ pub struct Report {
     /// Where each object came from: `(kind, namespace, name)` → file.
     pub origins: BTreeMap<(String, String, String), PathBuf>,
     pub objects: usize,
+    /// Objects of Istio kinds Pilotfish does not support yet, with their file (warnings).
+    pub unsupported: Vec<(PathBuf, IgnoredObject)>,
 }
+
+/// What the warning about an object of an unsupported kind says.
+pub const NOT_SUPPORTED_YET: &str = "not supported by Pilotfish yet: ignored";
 
 impl Report {
     pub fn error_count(&self) -> usize {
@@ -37,10 +44,12 @@ impl Report {
     }
 
     pub fn warning_count(&self) -> usize {
-        self.findings
-            .iter()
-            .filter(|f| f.severity == Severity::Warning)
-            .count()
+        self.unsupported.len()
+            + self
+                .findings
+                .iter()
+                .filter(|f| f.severity == Severity::Warning)
+                .count()
     }
 
     fn origin(&self, f: &ConfigError) -> Option<&PathBuf> {
@@ -65,6 +74,13 @@ pub fn validate_paths(paths: &[PathBuf], mesh: MeshConfig, cluster_domain: &str)
             .with_context(|| format!("cannot read {}", file.display()))?;
         let parsed = parse_text(&file, &text);
         report.source_errors.extend(parsed.errors);
+        report.unsupported.extend(
+            parsed
+                .ignored
+                .into_iter()
+                .filter(|i| i.not_supported_yet)
+                .map(|i| (file.clone(), i)),
+        );
         for o in parsed.objects {
             let (kind, ns, name) = o.key();
             report
@@ -116,6 +132,16 @@ pub fn print(report: &Report, format: OutputFormat, out: &mut impl Write) -> Res
             for e in &report.source_errors {
                 writeln!(out, "error: {e}")?;
             }
+            for (file, i) in &report.unsupported {
+                writeln!(
+                    out,
+                    "warning: {} {}/{} ({}): {NOT_SUPPORTED_YET}",
+                    i.kind,
+                    i.namespace,
+                    i.name,
+                    file.display()
+                )?;
+            }
             for f in &report.findings {
                 let file = report
                     .origin(f)
@@ -151,6 +177,17 @@ pub fn print(report: &Report, format: OutputFormat, out: &mut impl Write) -> Res
                     })
                 })
                 .collect();
+            items.extend(report.unsupported.iter().map(|(file, i)| {
+                json!({
+                    "severity": "warning",
+                    "kind": i.kind,
+                    "namespace": i.namespace,
+                    "name": i.name,
+                    "message": NOT_SUPPORTED_YET,
+                    "file": file,
+                    "document": i.document,
+                })
+            }));
             items.extend(report.findings.iter().map(|f| {
                 json!({
                     "severity": f.severity.as_str(),

@@ -12,7 +12,7 @@ use std::hint::black_box;
 
 use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use pilotfish_mesh::codec::{self, DecodeLimits};
+use pilotfish_mesh::codec::{self, DecodeLimits, SnapshotSigner, VerifyKeys};
 use pilotfish_mesh::push_context::{build, build_endpoints_only};
 use pilotfish_mesh::synthetic::{MeshShape, mesh};
 
@@ -77,7 +77,9 @@ fn benches(c: &mut Criterion<ThreadCpuTime>) {
     for n in [1_000usize, 10_000] {
         let inputs = mesh(MeshShape::standard(n));
         let ctx = build(&inputs, None).context;
-        let blob = codec::encode(&ctx);
+        let signer = SnapshotSigner::from_seed([1; 32]);
+        let keys = VerifyKeys::new([signer.verify_key()]);
+        let blob = codec::encode(&ctx, &signer);
         eprintln!(
             "mesh of {n} services: blob {} bytes compressed, {} bytes protobuf",
             blob.bytes.len(),
@@ -94,14 +96,16 @@ fn benches(c: &mut Criterion<ThreadCpuTime>) {
         group.bench_with_input(BenchmarkId::new("build_and_encode", n), &inputs, |b, i| {
             b.iter_with_large_drop(|| {
                 let out = build(black_box(i), None);
-                (codec::encode(&out.context), out)
+                (codec::encode(&out.context, &signer), out)
             })
         });
         group.bench_with_input(BenchmarkId::new("encode", n), &ctx, |b, c| {
-            b.iter(|| codec::encode(black_box(c)))
+            b.iter(|| codec::encode(black_box(c), &signer))
         });
         group.bench_with_input(BenchmarkId::new("decode", n), &blob.bytes, |b, bytes| {
-            b.iter_with_large_drop(|| codec::decode(black_box(bytes), &DecodeLimits::default()))
+            b.iter_with_large_drop(|| {
+                codec::decode(black_box(bytes), &DecodeLimits::default(), &keys)
+            })
         });
     }
     group.finish();

@@ -3,9 +3,14 @@
 //! collected into builder inputs. Pure: the folder that feeds it (standalone mode and the
 //! controller's `--config-dir` mode) is `pilotfish_shared::source`.
 //!
-//! Multi-document files and `kind: List` are unwrapped; objects without a namespace go to
-//! `default`; documents of other kinds are returned as unknown kinds, for the caller to
-//! report. Errors name the file, the document index and the reason.
+//! Each document stands alone: one that does not parse is an error naming the file, the
+//! document index, the object (when it can be named) and the reason, and the others are
+//! read as usual. Multi-document files and `kind: List` are unwrapped; objects without a
+//! namespace go to `default`. Documents of other kinds are returned as ignored objects,
+//! the kinds Istio reads but Pilotfish does not (Gateway, Sidecar, AuthorizationPolicy,
+//! Gateway API kinds, ...) marked as such, for the caller to report. Fields of Istio
+//! objects that the types do not know (a newer Istio's, or typos) do not fail the object:
+//! they are kept beside it and become warnings of the build.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -16,10 +21,14 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::Value;
 
-use crate::api::{IstioResource, YamlDocument, yaml_documents};
+use crate::api::{IstioKind, IstioResource, YamlDocument, yaml_documents};
+use crate::config::{ConfigError, ConfigKey, ConfigKind};
 use crate::model::PodInfo;
 use crate::model::kube::namespace_of;
 use crate::push_context::BuildInputs;
+
+/// `(kind, namespace, name)` of an object as written in a document.
+pub type ObjectName = (String, String, String);
 
 /// One object read from a file.
 #[derive(Clone, Debug, PartialEq)]
@@ -27,7 +36,8 @@ pub enum MeshObject {
     Service(Arc<Service>),
     EndpointSlice(Arc<EndpointSlice>),
     Pod(Arc<PodInfo>),
-    Istio(Arc<IstioResource>),
+    /// An Istio object and the paths of the fields Pilotfish does not know in it.
+    Istio(Arc<IstioResource>, Arc<[String]>),
 }
 
 impl MeshObject {
@@ -37,13 +47,19 @@ impl MeshObject {
             MeshObject::Service(o) => ("Service", &o.metadata),
             MeshObject::EndpointSlice(o) => ("EndpointSlice", &o.metadata),
             MeshObject::Pod(p) => return ("Pod", p.namespace.clone(), p.name.clone()),
-            MeshObject::Istio(o) => (o.kind().as_str(), o.metadata()),
+            MeshObject::Istio(o, _) => (o.kind().as_str(), o.metadata()),
         };
         (
             kind,
             namespace_of(meta),
             meta.name.clone().unwrap_or_default(),
         )
+    }
+
+    /// The key as an [`ObjectName`].
+    pub fn name(&self) -> ObjectName {
+        let (kind, namespace, name) = self.key();
+        (kind.to_string(), namespace, name)
     }
 }
 
@@ -53,6 +69,8 @@ pub struct SourceError {
     pub file: PathBuf,
     /// 0-based document index in the file; `None` for errors about the whole file.
     pub document: Option<usize>,
+    /// The object the document describes, when its kind and name could be read.
+    pub object: Option<ObjectName>,
     pub message: String,
 }
 
@@ -71,12 +89,26 @@ impl fmt::Display for SourceError {
     }
 }
 
+/// A document of a kind Pilotfish does not read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IgnoredObject {
+    /// `apiVersion/kind`, e.g. `networking.istio.io/v1/Gateway`.
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// 0-based document index in the file.
+    pub document: usize,
+    /// An Istio (or Gateway API) kind that Istio reads and Pilotfish does not support yet,
+    /// as opposed to a kind the mesh has no use for (a Deployment, a ConfigMap).
+    pub not_supported_yet: bool,
+}
+
 /// The outcome of parsing one file.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ParsedFile {
     pub objects: Vec<MeshObject>,
-    /// `apiVersion/kind` of documents that are not mesh objects (ignored).
-    pub unknown_kinds: Vec<String>,
+    /// Documents of other kinds (skipped).
+    pub ignored: Vec<IgnoredObject>,
     pub errors: Vec<SourceError>,
 }
 
@@ -89,6 +121,7 @@ pub fn parse_text(file: &std::path::Path, text: &str) -> ParsedFile {
             out.errors.push(SourceError {
                 file: file.to_path_buf(),
                 document: None,
+                object: None,
                 message: e.to_string(),
             });
             return out;
@@ -100,20 +133,53 @@ pub fn parse_text(file: &std::path::Path, text: &str) -> ParsedFile {
     out
 }
 
-fn parse_document(file: &std::path::Path, doc: &YamlDocument, out: &mut ParsedFile) {
-    let err = |message: String| SourceError {
-        file: file.to_path_buf(),
-        document: Some(doc.index),
-        message,
-    };
-    let value = &doc.value;
-    if value.is_null() {
-        return;
-    }
+/// Whether Istio reads objects of this API group (its own groups and the Gateway API).
+fn istio_reads(group: &str) -> bool {
+    group == "istio.io"
+        || group.ends_with(".istio.io")
+        || group == "gateway.networking.k8s.io"
+        || group == "gateway.networking.x-k8s.io"
+}
+
+/// The document is of a kind Istio reads and Pilotfish does not support yet: anything of
+/// an Istio or Gateway API group but the three networking kinds it parses (an unserved
+/// version of those is an error, not this).
+fn not_supported_yet(value: &Value) -> bool {
     let api_version = value
         .get("apiVersion")
         .and_then(Value::as_str)
         .unwrap_or("");
+    let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
+    let Some((group, _)) = api_version.split_once('/') else {
+        return false;
+    };
+    istio_reads(group)
+        && !(group == crate::api::GROUP
+            && matches!(kind, "VirtualService" | "DestinationRule" | "ServiceEntry"))
+}
+
+fn ignored(value: &Value, document: usize) -> IgnoredObject {
+    let (namespace, name) = namespace_and_name(value);
+    IgnoredObject {
+        kind: kind_of(value),
+        namespace,
+        name,
+        document,
+        not_supported_yet: not_supported_yet(value),
+    }
+}
+
+fn parse_document(file: &std::path::Path, doc: &YamlDocument, out: &mut ParsedFile) {
+    let value = &doc.value;
+    if value.is_null() {
+        return;
+    }
+    let err = |message: String, object: Option<ObjectName>| SourceError {
+        file: file.to_path_buf(),
+        document: Some(doc.index),
+        object,
+        message,
+    };
     let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
     if kind == "List" || kind.ends_with("List") && value.get("items").is_some() {
         for (i, item) in value
@@ -123,25 +189,40 @@ fn parse_document(file: &std::path::Path, doc: &YamlDocument, out: &mut ParsedFi
             .flatten()
             .enumerate()
         {
+            if not_supported_yet(item) {
+                out.ignored.push(ignored(item, doc.index));
+                continue;
+            }
             match parse_object(item) {
                 Ok(Some(o)) => out.objects.push(o),
-                Ok(None) => out.unknown_kinds.push(kind_of(item)),
-                Err(m) => out.errors.push(err(format!("items[{i}]: {m}"))),
+                Ok(None) => out.ignored.push(ignored(item, doc.index)),
+                Err(m) => out
+                    .errors
+                    .push(err(format!("items[{i}]: {m}"), object_name(item))),
             }
         }
         return;
     }
-    match IstioResource::parse_strict_yaml(doc) {
-        Ok(Some(r)) => out
-            .objects
-            .push(MeshObject::Istio(Arc::new(with_default_namespace_istio(r)))),
-        Err(e) => out
-            .errors
-            .push(err(format!("{kind} {}: {e}", name_of(value)))),
+    if not_supported_yet(value) {
+        out.ignored.push(ignored(value, doc.index));
+        return;
+    }
+    match IstioResource::parse_yaml_reporting_unknown(doc) {
+        Ok(Some(parsed)) => {
+            let unknown: Vec<String> = parsed.unknown_fields.into_iter().map(|f| f.path).collect();
+            out.objects.push(MeshObject::Istio(
+                Arc::new(with_default_namespace_istio(parsed.object)),
+                unknown.into(),
+            ));
+        }
+        Err(e) => out.errors.push(err(
+            format!("{kind} {}: {e}", display_name(value)),
+            object_name(value),
+        )),
         Ok(None) => match parse_object(value) {
             Ok(Some(o)) => out.objects.push(o),
-            Ok(None) => out.unknown_kinds.push(format!("{api_version}/{kind}")),
-            Err(m) => out.errors.push(err(m)),
+            Ok(None) => out.ignored.push(ignored(value, doc.index)),
+            Err(m) => out.errors.push(err(m, object_name(value))),
         },
     }
 }
@@ -154,7 +235,7 @@ fn kind_of(v: &Value) -> String {
     )
 }
 
-fn name_of(v: &Value) -> String {
+fn namespace_and_name(v: &Value) -> (String, String) {
     let meta = v.get("metadata");
     let get = |k: &str| {
         meta.and_then(|m| m.get(k))
@@ -162,26 +243,42 @@ fn name_of(v: &Value) -> String {
             .unwrap_or("")
     };
     let ns = get("namespace");
-    format!(
-        "{}/{}",
-        if ns.is_empty() { "default" } else { ns },
-        get("name")
+    (
+        if ns.is_empty() { "default" } else { ns }.to_string(),
+        get("name").to_string(),
     )
 }
 
-/// Parses one object; `Ok(None)` for kinds that are not mesh objects.
+fn display_name(v: &Value) -> String {
+    let (namespace, name) = namespace_and_name(v);
+    format!("{namespace}/{name}")
+}
+
+/// The object a document names, when it has a kind and a name.
+fn object_name(v: &Value) -> Option<ObjectName> {
+    let kind = v
+        .get("kind")
+        .and_then(Value::as_str)
+        .filter(|k| !k.is_empty())?;
+    let (namespace, name) = namespace_and_name(v);
+    (!name.is_empty()).then(|| (kind.to_string(), namespace, name))
+}
+
+/// Parses one object strictly (unknown fields of Istio objects are errors here); `Ok(None)`
+/// for kinds that are not mesh objects.
 pub fn parse_object(value: &Value) -> Result<Option<MeshObject>, String> {
     if let Some(r) = IstioResource::parse_strict(value).map_err(|e| e.to_string())? {
-        return Ok(Some(MeshObject::Istio(Arc::new(
-            with_default_namespace_istio(r),
-        ))));
+        return Ok(Some(MeshObject::Istio(
+            Arc::new(with_default_namespace_istio(r)),
+            Arc::from([]),
+        )));
     }
     let api_version = value
         .get("apiVersion")
         .and_then(Value::as_str)
         .unwrap_or("");
     let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
-    let what = || format!("{kind} {}", name_of(value));
+    let what = || format!("{kind} {}", display_name(value));
     fn decode<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T, String> {
         serde_path_to_error::deserialize(v).map_err(|e| {
             let path = e.path().to_string();
@@ -227,8 +324,27 @@ fn with_default_namespace_istio(mut r: IstioResource) -> IstioResource {
     r
 }
 
+/// The warning about a field of an Istio object that Pilotfish does not know.
+pub fn unknown_field_warning(key: &ConfigKey, path: &str) -> ConfigError {
+    ConfigError::warning(
+        key,
+        path,
+        "unknown field: not part of the Istio 1.30 API Pilotfish knows (a newer Istio's field, or a typo), so it is ignored",
+    )
+}
+
+/// The [`ConfigKind`] of an Istio kind.
+pub fn config_kind(kind: IstioKind) -> ConfigKind {
+    match kind {
+        IstioKind::VirtualService => ConfigKind::VirtualService,
+        IstioKind::DestinationRule => ConfigKind::DestinationRule,
+        IstioKind::ServiceEntry => ConfigKind::ServiceEntry,
+    }
+}
+
 /// Collects objects into builder inputs. Later objects with the same key replace earlier
-/// ones (the caller orders them, e.g. by file name).
+/// ones (the caller orders them, e.g. by file name). The unknown fields of Istio objects
+/// become [`BuildInputs::input_warnings`].
 pub fn to_inputs<'a>(
     objects: impl IntoIterator<Item = &'a MeshObject>,
     mut base: BuildInputs,
@@ -242,17 +358,25 @@ pub fn to_inputs<'a>(
             MeshObject::Service(s) => base.services.push(s.clone()),
             MeshObject::EndpointSlice(s) => base.endpoint_slices.push(s.clone()),
             MeshObject::Pod(p) => base.pods.push(p.clone()),
-            MeshObject::Istio(r) => match &**r {
-                IstioResource::VirtualService(v) => {
-                    base.virtual_services.push(Arc::new((**v).clone()))
+            MeshObject::Istio(r, unknown) => {
+                if !unknown.is_empty() {
+                    let (_, namespace, name) = o.key();
+                    let key = ConfigKey::new(config_kind(r.kind()), namespace, name);
+                    base.input_warnings
+                        .extend(unknown.iter().map(|path| unknown_field_warning(&key, path)));
                 }
-                IstioResource::DestinationRule(d) => {
-                    base.destination_rules.push(Arc::new((**d).clone()))
+                match &**r {
+                    IstioResource::VirtualService(v) => {
+                        base.virtual_services.push(Arc::new((**v).clone()))
+                    }
+                    IstioResource::DestinationRule(d) => {
+                        base.destination_rules.push(Arc::new((**d).clone()))
+                    }
+                    IstioResource::ServiceEntry(s) => {
+                        base.service_entries.push(Arc::new((**s).clone()))
+                    }
                 }
-                IstioResource::ServiceEntry(s) => {
-                    base.service_entries.push(Arc::new((**s).clone()))
-                }
-            },
+            }
         }
     }
     base
@@ -301,9 +425,99 @@ metadata: {name: x}
                 ),
             ]
         );
+        let ignored: Vec<(&str, bool)> = parsed
+            .ignored
+            .iter()
+            .map(|i| (i.kind.as_str(), i.not_supported_yet))
+            .collect();
         assert_eq!(
-            parsed.unknown_kinds,
-            vec!["apps/v1/Deployment".to_string(), "v1/ConfigMap".to_string()]
+            ignored,
+            [("apps/v1/Deployment", false), ("v1/ConfigMap", false)]
+        );
+    }
+
+    /// Istio's usual sample layout: a Gateway, a VirtualService bound to it and to the mesh,
+    /// a Sidecar and an AuthorizationPolicy in one file. Each document stands alone: the
+    /// kinds Pilotfish does not support are set aside as such, the rest is read.
+    #[test]
+    fn unsupported_istio_kinds_beside_supported_ones_do_not_fail_the_file() {
+        let text = "\
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: bookinfo-gateway}
+spec:
+  selector: {istio: ingressgateway}
+  servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: bookinfo}
+spec:
+  hosts: ['*']
+  gateways: [bookinfo-gateway]
+  http: [{route: [{destination: {host: productpage, port: {number: 9080}}}]}]
+---
+apiVersion: networking.istio.io/v1beta1
+kind: Sidecar
+metadata: {name: default, namespace: istio-system}
+spec: {egress: [{hosts: ['./*']}]}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-all}
+spec: {}
+";
+        let parsed = parse_text(Path::new("bookinfo-gateway.yaml"), text);
+        assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+        assert_eq!(parsed.objects.len(), 1);
+        assert_eq!(parsed.objects[0].key().0, "VirtualService");
+        let ignored: Vec<(&str, &str, bool)> = parsed
+            .ignored
+            .iter()
+            .map(|i| (i.kind.as_str(), i.name.as_str(), i.not_supported_yet))
+            .collect();
+        assert_eq!(
+            ignored,
+            [
+                ("networking.istio.io/v1/Gateway", "bookinfo-gateway", true),
+                ("networking.istio.io/v1beta1/Sidecar", "default", true),
+                ("security.istio.io/v1/AuthorizationPolicy", "deny-all", true),
+            ]
+        );
+    }
+
+    /// A field Pilotfish does not know (a newer Istio's) does not drop the object: it is
+    /// read, and the field becomes a warning of the build.
+    #[test]
+    fn unknown_fields_are_warnings_not_errors() {
+        let text = "\
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: bookinfo}
+spec:
+  host: reviews
+  futureField: {enabled: true}
+  trafficPolicy: {loadBalancer: {simple: RANDOM, fancyMode: x}}
+";
+        let parsed = parse_text(Path::new("dr.yaml"), text);
+        assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+        let inputs = to_inputs(&parsed.objects, BuildInputs::default());
+        assert_eq!(inputs.destination_rules.len(), 1);
+        let warnings: Vec<String> = inputs
+            .input_warnings
+            .iter()
+            .map(|w| w.to_string())
+            .collect();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with(
+                "warning DestinationRule bookinfo/reviews: spec.futureField: unknown field"
+            ),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[1].contains("spec.trafficPolicy.loadBalancer.fancyMode"),
+            "{warnings:?}"
         );
     }
 
@@ -330,7 +544,17 @@ spec:
             msg.starts_with("dir/vs.yaml: document 1: VirtualService default/reviews:"),
             "{msg}"
         );
-        assert!(msg.contains("spec.http[0].route[0].destinaton"), "{msg}");
+        // The misspelt field is set aside; the missing `destination` is the error.
+        assert!(
+            msg.contains("spec.http[0].route[0]: missing field `destination`"),
+            "{msg}"
+        );
+        assert_eq!(
+            parsed.errors[0].object,
+            Some(("VirtualService".into(), "default".into(), "reviews".into()))
+        );
+        // The other document is read.
+        assert_eq!(parsed.objects.len(), 1);
     }
 
     #[test]

@@ -7,11 +7,13 @@
 //! - [`grpc`]: gRPC's own xDS client and backend servers (Python `grpcio`);
 //! - [`mesh`]: the `reviews` mesh (Kubernetes YAML) the end-to-end tests route through;
 //! - [`load`]: the ADS load benchmark (`pilotfish-xds-load`, `make bench-load`);
-//! - [`process`]: Pilotfish's binaries as child processes, free ports, plain HTTP GETs.
+//! - [`process`]: Pilotfish's binaries as child processes, free ports, plain HTTP GETs;
+//! - [`keys`]: the tests' snapshot signing key, as values and as files.
 
 pub mod apiserver;
 pub mod balancer;
 pub mod grpc;
+pub mod keys;
 pub mod load;
 pub mod mesh;
 pub mod process;

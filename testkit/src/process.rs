@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::tools::workspace_root;
+use crate::tools::target_dir;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError {
@@ -79,12 +79,9 @@ fn dechunk(mut body: &str) -> String {
     out
 }
 
-/// Path of one of the workspace's binaries (`CARGO_TARGET_DIR` honoured).
+/// Path of one of the workspace's binaries.
 pub fn binary(name: &str) -> Result<PathBuf, ProcessError> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"));
-    let path = target.join("debug").join(name);
+    let path = target_dir().join("debug").join(name);
     if path.is_file() {
         Ok(path)
     } else {
@@ -222,14 +219,38 @@ impl XdsServer {
         Self::start(name, &args)
     }
 
-    /// Following Redis at `url`; returns once `/readyz` answers 200 (a snapshot is loaded).
+    /// Following Redis at `url`, verifying with the tests' key ([`crate::keys`]); returns
+    /// once `/readyz` answers 200 (a snapshot is loaded).
     pub fn following(name: &str, url: &str, extra: &[&str]) -> Result<Self, ProcessError> {
-        let mut args = vec!["--redis-url".to_string(), url.to_string()];
+        let mut process = Self::spawn_following(name, url, extra)?;
+        process
+            .process
+            .wait_http_ok(process.admin, "/readyz", Duration::from_secs(60))?;
+        Ok(process)
+    }
+
+    /// [`following`](Self::following) without waiting to be ready (a replica that may
+    /// never hold a snapshot).
+    pub fn spawn_following(name: &str, url: &str, extra: &[&str]) -> Result<Self, ProcessError> {
+        let mut args = vec![
+            "--redis-url".to_string(),
+            url.to_string(),
+            "--verify-keys".to_string(),
+            crate::keys::files().verify.display().to_string(),
+        ];
         args.extend(extra.iter().map(|s| s.to_string()));
-        Self::start(name, &args)
+        Self::spawn(name, &args)
     }
 
     fn start(name: &str, source: &[String]) -> Result<Self, ProcessError> {
+        let mut process = Self::spawn(name, source)?;
+        process
+            .process
+            .wait_http_ok(process.admin, "/readyz", Duration::from_secs(60))?;
+        Ok(process)
+    }
+
+    fn spawn(name: &str, source: &[String]) -> Result<Self, ProcessError> {
         let xds: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let mut args = vec![
@@ -241,8 +262,7 @@ impl XdsServer {
             name.to_string(),
         ];
         args.extend(source.iter().cloned());
-        let mut process = ChildProcess::spawn(name, &binary("pilotfish-xds")?, &args, &[])?;
-        process.wait_http_ok(admin, "/readyz", Duration::from_secs(60))?;
+        let process = ChildProcess::spawn(name, &binary("pilotfish-xds")?, &args, &[])?;
         Ok(XdsServer {
             process,
             xds,
@@ -316,11 +336,26 @@ pub struct ControllerProcess {
 }
 
 impl ControllerProcess {
-    /// `--config-dir DIR --redis-url URL` mode; returns once `/readyz` answers 200 (the
-    /// folder's first snapshot is published).
+    /// `--config-dir DIR --redis-url URL` mode, signing with the tests' key
+    /// ([`crate::keys`]); returns once `/readyz` answers 200 (the folder's first snapshot
+    /// is published).
     pub fn config_dir(name: &str, dir: &Path, redis_url: &str) -> Result<Self, ProcessError> {
+        let mut process = Self::spawn_config_dir(name, dir, redis_url, &[])?;
+        process
+            .process
+            .wait_http_ok(process.admin, "/readyz", Duration::from_secs(60))?;
+        Ok(process)
+    }
+
+    /// [`config_dir`](Self::config_dir) with extra flags, without waiting to be ready.
+    pub fn spawn_config_dir(
+        name: &str,
+        dir: &Path,
+        redis_url: &str,
+        extra: &[&str],
+    ) -> Result<Self, ProcessError> {
         let admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-        let args = [
+        let mut args: Vec<String> = [
             "--config-dir".to_string(),
             dir.display().to_string(),
             "--redis-url".to_string(),
@@ -331,9 +366,12 @@ impl ControllerProcess {
             name.to_string(),
             "--debounce-after".to_string(),
             "50ms".to_string(),
-        ];
-        let mut process = ChildProcess::spawn(name, &binary("pilotfish-controller")?, &args, &[])?;
-        process.wait_http_ok(admin, "/readyz", Duration::from_secs(60))?;
+            "--signing-key-file".to_string(),
+            crate::keys::files().signing.display().to_string(),
+        ]
+        .into();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let process = ChildProcess::spawn(name, &binary("pilotfish-controller")?, &args, &[])?;
         Ok(ControllerProcess { process, admin })
     }
 }

@@ -34,6 +34,13 @@ pub fn workspace_root() -> PathBuf {
     crate_dir.parent().unwrap_or(crate_dir).to_path_buf()
 }
 
+/// The Cargo target directory (`CARGO_TARGET_DIR` honoured).
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
 fn locate(tool: &'static str, env: &'static str) -> Result<PathBuf, ToolError> {
     let path = std::env::var_os(env)
         .map(PathBuf::from)

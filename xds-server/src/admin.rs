@@ -1,5 +1,6 @@
 //! The xDS replica's admin HTTP server (port 15014): `/metrics`, `/healthz`, `/readyz`
-//! (ready once a snapshot is loaded, and staying ready while the bus is unreachable),
+//! (ready once a snapshot is loaded, and staying ready while the bus is unreachable up to
+//! `--stale-after`),
 //! `/debug/adsz`, `/debug/syncz`, `/debug/config_dump?proxyID=`, `/debug/push_status`,
 //! `/debug/snapshot`.
 

@@ -1,9 +1,11 @@
 //! `pilotfish-xds`: serves ADS (state-of-the-world and delta) to Envoy sidecars and
 //! proxyless gRPC clients on port 15010, from one of two sources:
 //!
-//! - `--redis-url URL`: follow the snapshots the controller publishes (the scaled-out tier);
+//! - `--redis-url URL`: follow the snapshots the controller publishes (the scaled-out tier),
+//!   serving only blobs signed by a key in `--verify-keys`;
 //! - `--config-dir DIR`: standalone — read Kubernetes-style YAML from a folder, build
-//!   snapshots in-process through an in-memory bus (the same decode path as a replica).
+//!   snapshots in-process through an in-memory bus (the same decode path as a replica,
+//!   signed with a key made up for this process).
 //!
 //! `main` supervises every long-lived task (ADS server, admin server, source, feed) and
 //! exits non-zero when one of them ends.
@@ -17,11 +19,13 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use pilotfish_mesh::api;
-use pilotfish_mesh::codec::{self, DecodeLimits};
+use pilotfish_mesh::codec::{self, VerifyKeys};
 use pilotfish_mesh::push_context::{BuildInputs, PushContext};
 use pilotfish_shared::bus::memory::MemoryBus;
-use pilotfish_shared::bus::{BusError, Follower, PublishOutcome};
-use pilotfish_shared::cli::{RedisArgs, load_mesh_config, replica_name};
+use pilotfish_shared::bus::{BusError, Follower, PublishOutcome, Verified, snapshot_decoder};
+use pilotfish_shared::cli::{
+    BlobArgs, RedisArgs, ephemeral_signer, load_mesh_config, load_verify_keys, replica_name,
+};
 use pilotfish_shared::pipeline::folder::{FolderLoop, FolderObserver};
 use pilotfish_shared::pipeline::{Built, Pipeline};
 use pilotfish_shared::supervise::{Supervisor, run_main};
@@ -61,9 +65,14 @@ struct Cli {
     /// How often to re-read `latest` without a notification (heals lost messages).
     #[arg(long, env = "PILOTFISH_REDIS_RESYNC", default_value = "10s")]
     redis_resync: api::Duration,
-    /// Largest snapshot blob accepted, in bytes.
-    #[arg(long, env = "PILOTFISH_MAX_BLOB_BYTES", default_value_t = 64 << 20)]
-    max_blob_bytes: usize,
+    /// Snapshot blob size limit and the keys that verify blobs (required with --redis-url).
+    #[command(flatten)]
+    blob: BlobArgs,
+    /// Not ready (so the Service sends no *new* streams; open ones keep their
+    /// configuration) once `latest` has not been read from Redis for this long. `0s`:
+    /// ready as long as a snapshot is held.
+    #[arg(long, env = "PILOTFISH_STALE_AFTER", default_value = "10m")]
+    stale_after: api::Duration,
     /// Kubernetes cluster domain (standalone mode: resolves short host names).
     #[arg(
         long,
@@ -120,11 +129,7 @@ impl FolderObserver for StandaloneLog {
 async fn run(cli: Cli) -> Result<ExitCode> {
     let replica = replica_name(cli.replica_name.clone(), "pilotfish-xds");
     metrics::register_all();
-    let limits = DecodeLimits {
-        max_blob_bytes: cli.max_blob_bytes,
-        ..DecodeLimits::default()
-    };
-    let decode = move |bytes: &[u8]| codec::decode(bytes, &limits).map(Arc::new);
+    let limits = cli.blob.limits();
     let mut tasks = Supervisor::new();
 
     let follower: Follower<Arc<PushContext>> = match (&cli.config_dir, cli.redis.config()?) {
@@ -134,6 +139,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             if !dir.is_dir() {
                 bail!("--config-dir {}: not a folder", dir.display());
             }
+            // Standalone signs and verifies in-process: a key made up for this run.
+            let signer = ephemeral_signer();
+            let decode = arc_decoder(limits, VerifyKeys::new([signer.verify_key()]));
             let bus = MemoryBus::new();
             let (follower, follow_task) = bus.follow(decode);
             tasks.spawn_background("snapshot follower", follow_task.join());
@@ -148,18 +156,27 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 debounce_max: cli.debounce_max.as_std(),
                 resync_every: Duration::from_secs(30),
             };
-            let pipeline = Pipeline::new(Arc::new(bus.publisher()));
+            let pipeline = Pipeline::new(Arc::new(bus.publisher()), signer);
             tasks.spawn_background("config folder", async move {
-                folder.run(pipeline, &StandaloneLog).await
+                folder.run(pipeline, None, &StandaloneLog).await
             });
             follower
         }
         (None, Some(config)) => {
+            if cli.blob.verify_keys.is_empty() {
+                bail!(
+                    "a replica serves only snapshots it can verify: give --verify-keys (the controller's public key, PEM)"
+                );
+            }
+            let keys = load_verify_keys(&cli.blob.verify_keys).context("invalid --verify-keys")?;
+            let stale_after = Some(cli.stale_after.as_std()).filter(|d| !d.is_zero());
             let config = config
                 .with_resync_interval(cli.redis_resync.as_std())
-                .with_max_blob_bytes(cli.max_blob_bytes as u64);
-            tracing::info!(redis = %config, "following snapshots in Redis");
-            let (follower, follow_task) = pilotfish_shared::bus::redis::follow(config, decode)?;
+                .with_max_blob_bytes(cli.blob.max_blob_bytes as u64)
+                .with_stale_after(stale_after);
+            tracing::info!(redis = %config, verify_keys = ?keys.ids().iter().map(ToString::to_string).collect::<Vec<_>>(), ?stale_after, "following snapshots in Redis");
+            let (follower, follow_task) =
+                pilotfish_shared::bus::redis::follow(config, arc_decoder(limits, keys))?;
             tasks.spawn_background("snapshot follower", follow_task.join());
             follower
         }
@@ -232,6 +249,21 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     // Then everything else, the admin server last.
     tasks.shutdown(Duration::from_secs(2)).await;
     Ok(code)
+}
+
+/// The follower's decode function: verified snapshots, shared by the feed as `Arc`s.
+fn arc_decoder(
+    limits: pilotfish_mesh::codec::DecodeLimits,
+    keys: VerifyKeys,
+) -> impl Fn(&[u8]) -> Result<Verified<Arc<PushContext>>, codec::DecodeError> + Send + Sync + 'static
+{
+    let decode = snapshot_decoder(limits, keys);
+    move |blob: &[u8]| {
+        decode(blob).map(|v| Verified {
+            value: Arc::new(v.value),
+            hash: v.hash,
+        })
+    }
 }
 
 fn main() -> ExitCode {

@@ -1,6 +1,6 @@
 //! The Kubernetes mode's decisions, as a synchronous state machine. The [`Conductor`] is
-//! fed [`Event`]s — applied watch updates, Lease changes, the end of the seed read, the
-//! results of builds, epochs and publishes, the passing of time — and returns the
+//! fed [`Event`]s — applied watch updates, Lease changes, the progress of the seed read,
+//! the results of builds, epochs and publishes, the passing of time — and returns the
 //! [`Action`]s the loop ([`super::mode`]) performs: build, take an epoch, publish,
 //! resign, send a status job, set readiness, refresh the admin pages, log a decision. It
 //! reads no clock (`now` is an argument), awaits nothing and owns no I/O, so every rule is
@@ -10,25 +10,30 @@
 //! The rules, each one function (and each with its unit test below):
 //! - [`may_build`](Conductor::may_build): nothing is built before every kind has
 //!   completed its initial list and the published snapshot has been read back as the
-//!   builder's "previous" — a restart never publishes a partial mesh, and an object
-//!   invalid at restart keeps its last accepted version;
+//!   builder's "previous" (or is known not to exist) — a restart never publishes a
+//!   partial mesh, and an object invalid at restart keeps its last accepted version, also
+//!   when Redis does not answer at first (`on_seed_retrying`: not ready, with the reason);
 //! - [`due_build`](Conductor::due_build): the debounce deadline drives builds;
 //! - `on_leadership`: a term begins when the claim holds under a term number not seen
 //!   before, and ends (`stop_leading`: retries stop, the epoch is resigned) when the
 //!   claim no longer holds;
 //! - `start_term`: a term that ended unnoticed between two looks is resigned first, then
-//!   an epoch is taken before anything is published;
-//! - `epoch_held` (the epoch rule): a term publishes only under an epoch it took;
+//!   the term's epoch is taken — the floor the Lease acquisition gave
+//!   ([`Leadership::epoch_floor`]) — before anything is published;
+//! - `epoch_held` (the epoch rule): a term publishes only under the epoch it took;
 //! - `publish`: only what is not published yet, only with the epoch, and only after the
 //!   claim is re-checked right before the write (`take_epoch` re-checks it too);
-//! - `on_fenced` (the fencing rule): a fenced publish while the claim holds means a stale
-//!   writer took an epoch — take the epoch again, with backoff; without the claim, a
-//!   newer leader exists — resign;
+//! - `stand_down` (the fencing rule): a publish fenced, or an epoch refused, while the
+//!   claim holds means another writer has a newer epoch — this term publishes nothing
+//!   more and takes no new epoch (two writers must not overwrite each other in turns);
+//!   fenced without the claim, a newer leader exists: resign;
 //! - [`claim_expired`](Conductor::claim_expired): the loop wakes when the claim would
 //!   expire ([`wake_at`](Conductor::wake_at)), and the term ends then even if the Lease
-//!   task is slow to say so;
+//!   task is slow to say so — also while a publish is in flight;
 //! - [`send_status_job`](Conductor::send_status_job): status work only while leading;
-//! - `on_epoch_failed`, `on_publish_failed`: retries with backoff ([`RETRY`]).
+//! - `on_epoch_failed`, `on_publish_failed`: retries with backoff ([`RETRY`]);
+//! - `start_due`: one operation in flight at a time; what became due meanwhile starts
+//!   when it lands.
 //!
 //! The [`Debouncer`] lives inside: whether a due burst may be built depends on the sync and
 //! seed gates, and the first complete sync itself schedules the first build through it.
@@ -42,17 +47,19 @@
 //! against the newest view even when the change that moved it has not been handled as an
 //! event yet. [`Event::Leadership`] is what runs the term rule.
 //!
-//! Between conductor and loop: each call returns at most one action whose result the
-//! conductor waits for ([`Action::awaits_result`]: build, take an epoch, publish), and it
-//! comes last. The loop performs the actions in order and feeds that result back at once,
-//! so no decision is made on a state a pending result could still change (a status job
-//! after a publish is decided once the publish's result is known).
+//! Between conductor and loop: builds, epochs and publishes are *flights* — the loop
+//! runs each as a future of its own and feeds its result back as an event when it lands,
+//! while it goes on handling Lease changes, the claim's expiry and watch updates (a slow
+//! Redis never holds up the end of a term). Each call returns at most one action that
+//! starts a flight ([`Action::awaits_result`]), last, and none while one is in flight. A
+//! result that lands after its term ended is not acted upon (an epoch taken for a term
+//! that is over is resigned at once).
 
 use std::time::Duration;
 
 use pilotfish_shared::bus::SnapshotRef;
 use pilotfish_shared::pipeline::debounce::{ChangeClass, Debouncer};
-use pilotfish_shared::retry::{Backoff, Jitter, Retry, random_unit};
+use pilotfish_shared::retry::{Backoff, Jitter, Retry};
 use tokio::time::Instant;
 
 use super::lease::Leadership;
@@ -77,14 +84,23 @@ pub enum Event {
     },
     /// The Lease task announced a new view (the view is the `lease` argument).
     Leadership,
-    /// The read of the published snapshot ended (whatever it found).
+    /// An attempt to read back the published snapshot failed; another follows.
+    SeedRetrying {
+        error: String,
+    },
+    /// The read of the published snapshot ended with an answer (found or known absent).
     SeedDone,
     /// The build asked for finished; `endpoints_only`: it took the endpoint path (its
     /// findings are those of the last full build).
     BuildDone {
         endpoints_only: bool,
     },
+    /// The epoch asked for (`floor`) is ours.
     EpochTaken(u64),
+    /// The bus knows an epoch above the floor: another writer is newer.
+    EpochSuperseded {
+        newer: u64,
+    },
     EpochFailed {
         error: String,
     },
@@ -115,8 +131,10 @@ pub enum Action {
         endpoints_only: bool,
         events: u64,
     },
-    /// Take a new epoch from the bus.
-    TakeEpoch,
+    /// Take `floor` as the epoch on the bus.
+    TakeEpoch {
+        floor: u64,
+    },
     /// Publish the last build.
     Publish,
     /// Give up the bus epoch (the publisher's watchdog stops republishing).
@@ -134,11 +152,11 @@ pub enum Action {
 }
 
 impl Action {
-    /// The conductor waits for this action's result (fed back as the next event).
+    /// This action starts a flight: its result comes back as an event later.
     pub fn awaits_result(&self) -> bool {
         matches!(
             self,
-            Action::Build { .. } | Action::TakeEpoch | Action::Publish
+            Action::Build { .. } | Action::TakeEpoch { .. } | Action::Publish
         )
     }
 }
@@ -149,6 +167,7 @@ pub enum Notice {
     /// A new term: an epoch is taken before anything is published.
     Leading {
         term: u64,
+        floor: u64,
     },
     /// The Lease view says the claim no longer holds.
     NotLeading {
@@ -162,10 +181,11 @@ pub enum Notice {
         error: String,
         retry_in: Duration,
     },
-    /// Fenced while holding the claim: another writer took a newer epoch.
-    Refenced {
+    /// Fenced, or the epoch refused, while holding the claim: another writer has a newer
+    /// epoch. This term publishes nothing more.
+    StoodDown {
         latest: Option<SnapshotRef>,
-        retry_in: Duration,
+        newer_epoch: Option<u64>,
     },
     /// Fenced without the claim: a newer leader owns `latest`.
     Deposed {
@@ -184,16 +204,44 @@ pub struct View {
     pub leader: bool,
     pub term: Option<u64>,
     pub epoch: Option<u64>,
+    /// The term stood down: another writer has a newer epoch.
+    pub stood_down: bool,
+    /// The operation in flight, if any.
+    pub in_flight: Option<Flight>,
+}
+
+/// An operation whose result the conductor waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flight {
+    Build,
+    /// Taking `floor` for `term`.
+    Epoch {
+        term: u64,
+        floor: u64,
+    },
+    Publish,
+}
+
+impl Flight {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Flight::Build => "build",
+            Flight::Epoch { .. } => "take_epoch",
+            Flight::Publish => "publish",
+        }
+    }
 }
 
 /// One leadership term as the conductor tracks it.
 #[derive(Clone, Debug)]
 struct Term {
     term: u64,
-    /// This term's bus epoch; `None` until taken, and again after a fenced publish.
+    /// The epoch this term takes: the floor of the Lease acquisition that began it.
+    floor: u64,
+    /// This term's bus epoch; `None` until taken.
     epoch: Option<u64>,
-    /// Epochs taken again after a fenced publish in this term (the backoff's count).
-    refenced: Retry,
+    /// Another writer has a newer epoch: nothing more is published in this term.
+    stood_down: bool,
 }
 
 /// The Kubernetes mode's state machine; see the module documentation.
@@ -207,6 +255,8 @@ pub struct Conductor {
     synced: bool,
     /// The published snapshot has been read back (or there is nothing to read).
     seeded: bool,
+    /// Why the seed read has not answered yet (its last failure).
+    seed_error: Option<String>,
     /// A snapshot has been built (the loop holds it).
     built: bool,
     /// A full build's findings exist (status jobs need them).
@@ -218,7 +268,7 @@ pub struct Conductor {
     publish: Retry,
     epoch: Retry,
     term: Option<Term>,
-    jitter: Jitter,
+    in_flight: Option<Flight>,
 }
 
 impl Conductor {
@@ -237,6 +287,7 @@ impl Conductor {
             debounce: Debouncer::new(debounce_after, debounce_max),
             synced: false,
             seeded: !wait_for_seed,
+            seed_error: None,
             built: false,
             reported: false,
             publish_needed: false,
@@ -244,13 +295,12 @@ impl Conductor {
             publish: Retry::new(RETRY),
             epoch: Retry::new(RETRY),
             term: None,
-            jitter: random_unit,
+            in_flight: None,
         }
     }
 
     /// The same, with the retries jittered by `jitter` (a constant in tests).
     pub fn with_jitter(mut self, jitter: Jitter) -> Self {
-        self.jitter = jitter;
         self.publish = self.publish.with_jitter(jitter);
         self.epoch = self.epoch.with_jitter(jitter);
         self
@@ -273,13 +323,22 @@ impl Conductor {
                 unsynced,
             } => self.on_applied(class, summary, &unsynced, now, &mut out),
             Event::Leadership => self.on_leadership(now, &mut out),
-            Event::SeedDone => self.seeded = true,
-            Event::BuildDone { endpoints_only } => self.on_built(endpoints_only, now, &mut out),
+            Event::SeedRetrying { error } => self.on_seed_retrying(error, &mut out),
+            Event::SeedDone => self.on_seed_done(&mut out),
+            Event::BuildDone { endpoints_only } => {
+                self.land(Flight::Build);
+                self.on_built(endpoints_only, now, &mut out)
+            }
             Event::EpochTaken(epoch) => self.on_epoch_taken(epoch, now, &mut out),
+            Event::EpochSuperseded { newer } => self.on_epoch_superseded(newer, now, &mut out),
             Event::EpochFailed { error } => self.on_epoch_failed(error, now, &mut out),
-            Event::PublishDone(result) => self.on_publish_done(result, now, &mut out),
+            Event::PublishDone(result) => {
+                self.land(Flight::Publish);
+                self.on_publish_done(result, now, &mut out)
+            }
             Event::Tick => self.on_tick(now, &mut out),
         }
+        self.start_due(now, &mut out);
         debug_assert!(
             out.iter().rev().skip(1).all(|a| !a.awaits_result()),
             "an awaited action must come last, and alone: {out:?}"
@@ -288,12 +347,17 @@ impl Conductor {
     }
 
     /// When the loop must wake next (and feed [`Event::Tick`]); `None`: only for events.
+    /// While an operation is in flight only the claim's expiry wakes it: what is due
+    /// starts when the flight lands.
     pub fn wake_at(&self) -> Option<Instant> {
+        let claim = self.term.as_ref().and(self.lease.valid_until);
+        if self.in_flight.is_some() {
+            return claim;
+        }
         let build = self
             .may_build()
             .then(|| self.debounce.deadline().map(Instant::from_std))
             .flatten();
-        let claim = self.term.as_ref().and(self.lease.valid_until);
         [build, self.epoch.deadline(), self.publish.deadline(), claim]
             .into_iter()
             .flatten()
@@ -306,6 +370,8 @@ impl Conductor {
             leader: self.term.is_some() && self.lease.holds(now),
             term: self.term.as_ref().map(|t| t.term),
             epoch: self.term.as_ref().and_then(|t| t.epoch),
+            stood_down: self.term.as_ref().is_some_and(|t| t.stood_down),
+            in_flight: self.in_flight,
         }
     }
 
@@ -342,21 +408,25 @@ impl Conductor {
         }
     }
 
-    /// A new term: resign a previous one that ended unnoticed, then take an epoch before
-    /// anything is published.
+    /// A new term: resign a previous one that ended unnoticed, then take the epoch this
+    /// acquisition's floor gives before anything is published.
     fn start_term(&mut self, previous_unnoticed: bool, now: Instant, out: &mut Vec<Action>) {
         if previous_unnoticed {
             out.push(Action::Resign);
         }
+        let floor = self.lease.epoch_floor;
         out.push(Action::Notice(Notice::Leading {
             term: self.lease.term,
+            floor,
         }));
         self.term = Some(Term {
             term: self.lease.term,
+            floor,
             epoch: None,
-            refenced: Retry::new(RETRY).with_jitter(self.jitter),
+            stood_down: false,
         });
         self.epoch.reset();
+        self.publish.cancel();
         self.set_ready(out);
         out.push(Action::ShowLeader);
         self.take_epoch(now, out);
@@ -385,20 +455,41 @@ impl Conductor {
         self.term.is_some() && self.lease.valid_until.is_some_and(|until| now >= until)
     }
 
-    /// Takes this term's epoch, if the claim still holds.
+    /// Takes this term's epoch, if the claim still holds (now, or when the operation in
+    /// flight lands).
     fn take_epoch(&mut self, now: Instant, out: &mut Vec<Action>) {
         self.epoch.cancel();
-        if self.term.is_none() {
+        let Some(t) = &self.term else { return };
+        if t.stood_down || t.epoch.is_some() {
             return;
         }
         if !self.lease.holds(now) {
             self.claim_lost(out);
             return;
         }
-        out.push(Action::TakeEpoch);
+        if self.in_flight.is_some() {
+            self.epoch.schedule_at(now);
+            return;
+        }
+        let (term, floor) = (t.term, t.floor);
+        out.push(Action::TakeEpoch { floor });
+        self.in_flight = Some(Flight::Epoch { term, floor });
+    }
+
+    /// The epoch flight landed: whether it was for the current term (else the result is
+    /// stale and must not be used).
+    fn land_epoch(&mut self) -> bool {
+        let flight = self.in_flight.take();
+        let current = self.term.as_ref().map(|t| (t.term, t.floor));
+        matches!(flight, Some(Flight::Epoch { term, floor }) if Some((term, floor)) == current)
     }
 
     fn on_epoch_taken(&mut self, epoch: u64, now: Instant, out: &mut Vec<Action>) {
+        if !self.land_epoch() {
+            // Taken for a term that is over: the bus must not keep it.
+            out.push(Action::Resign);
+            return;
+        }
         if let Some(t) = self.term.as_mut() {
             t.epoch = Some(epoch);
         }
@@ -408,8 +499,19 @@ impl Conductor {
         self.publish_then_status(now, out);
     }
 
+    /// The bus refused the floor: stand down (see `stand_down`).
+    fn on_epoch_superseded(&mut self, newer: u64, now: Instant, out: &mut Vec<Action>) {
+        if !self.land_epoch() {
+            return;
+        }
+        self.stand_down(None, Some(newer), now, out);
+    }
+
     /// A failed epoch is retried with backoff.
     fn on_epoch_failed(&mut self, error: String, now: Instant, out: &mut Vec<Action>) {
+        if !self.land_epoch() {
+            return;
+        }
         let retry_in = self.epoch.schedule(now);
         out.push(Action::Notice(Notice::EpochRetry { error, retry_in }));
     }
@@ -428,20 +530,27 @@ impl Conductor {
             self.claim_lost(out);
             return;
         }
+        if self.in_flight.is_some() {
+            self.publish.schedule_at(now);
+            return;
+        }
         out.push(Action::Publish);
+        self.in_flight = Some(Flight::Publish);
     }
 
-    /// The epoch rule: a term publishes only under an epoch taken in that term (and not
-    /// fenced since).
+    /// The epoch rule: a term publishes only under the epoch it took (and not after it
+    /// stood down).
     fn epoch_held(&self) -> bool {
-        self.term.as_ref().is_some_and(|t| t.epoch.is_some())
+        self.term
+            .as_ref()
+            .is_some_and(|t| t.epoch.is_some() && !t.stood_down)
     }
 
     /// Publishes, then decides a status job once the publish's result is known (or at
     /// once when nothing is published).
     fn publish_then_status(&mut self, now: Instant, out: &mut Vec<Action>) {
         self.publish(now, out);
-        if out.last().is_some_and(Action::awaits_result) {
+        if out.last() == Some(&Action::Publish) || self.publish.deadline().is_some() {
             self.status_after_publish = true;
         } else {
             self.send_status_job(now, out);
@@ -463,33 +572,61 @@ impl Conductor {
         }
     }
 
-    /// The fencing rule. While our claim holds no legitimate leader can have taken a
-    /// newer epoch, so a stale writer did: take the epoch again, with backoff in case a
-    /// misconfigured second writer keeps fighting. Without the claim, a newer leader
-    /// owns `latest`: stop.
+    /// The fencing rule for a fenced publish: with the claim, stand down; without it, a
+    /// newer leader owns `latest` — the term ends.
     fn on_fenced(&mut self, latest: Option<SnapshotRef>, now: Instant, out: &mut Vec<Action>) {
+        if self.term.is_none() {
+            return;
+        }
         if self.lease.holds(now) {
-            let Some(t) = self.term.as_mut() else { return };
-            let retry_in = t.refenced.next_delay();
-            t.epoch = None;
-            self.epoch.schedule_at(now + retry_in);
-            out.push(Action::Notice(Notice::Refenced { latest, retry_in }));
+            self.stand_down(latest, None, now, out);
         } else {
             out.push(Action::Notice(Notice::Deposed { latest }));
             self.claim_lost(out);
         }
     }
 
+    /// Another writer has a newer epoch while we hold the claim. Within one Lease that
+    /// means our view of the claim is stale (a newer acquisition exists and the Lease task
+    /// will tell us); otherwise a second writer family shares the key prefix (a
+    /// misconfiguration). Either way, taking a newer epoch would only start two writers
+    /// overwriting each other in turns: this term publishes nothing more; the next term
+    /// (after the Lease changes hands) tries again with its own, higher floor.
+    fn stand_down(
+        &mut self,
+        latest: Option<SnapshotRef>,
+        newer_epoch: Option<u64>,
+        _now: Instant,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(t) = self.term.as_mut() else { return };
+        t.stood_down = true;
+        t.epoch = None;
+        self.epoch.cancel();
+        self.publish.cancel();
+        out.push(Action::Notice(Notice::StoodDown {
+            latest,
+            newer_epoch,
+        }));
+        out.push(Action::Resign);
+        out.push(Action::ShowLeader);
+    }
+
     /// A failed publish is retried with backoff.
     fn on_publish_failed(&mut self, error: String, now: Instant, out: &mut Vec<Action>) {
+        if !self.epoch_held() {
+            return;
+        }
         let retry_in = self.publish.schedule(now);
         out.push(Action::Notice(Notice::PublishRetry { error, retry_in }));
     }
 
     /// Status work only while leading (the writer re-checks the claim before each write),
-    /// and only once a full build said what each object's status is.
+    /// not after standing down, and only once a full build said what each object's status
+    /// is.
     pub fn send_status_job(&self, now: Instant, out: &mut Vec<Action>) {
-        if self.term.is_none() || !self.lease.holds(now) || !self.reported {
+        let leading = self.term.as_ref().is_some_and(|t| !t.stood_down);
+        if !leading || !self.lease.holds(now) || !self.reported {
             return;
         }
         out.push(Action::SendStatusJob);
@@ -505,6 +642,36 @@ impl Conductor {
             endpoints_only: burst.endpoints_only,
             events: burst.events,
         })
+    }
+
+    /// Starts what is due, one flight at a time: an epoch first, then a publish, then a
+    /// build. What stays due is started when this flight lands.
+    fn start_due(&mut self, now: Instant, out: &mut Vec<Action>) {
+        if self.in_flight.is_some() || out.last().is_some_and(Action::awaits_result) {
+            return;
+        }
+        if self.epoch.is_due(now) {
+            self.take_epoch(now, out);
+            if self.in_flight.is_some() {
+                return;
+            }
+        }
+        if self.publish.is_due(now) {
+            self.publish(now, out);
+            if self.in_flight.is_some() {
+                return;
+            }
+        }
+        if let Some(build) = self.due_build(now) {
+            out.push(build);
+            self.in_flight = Some(Flight::Build);
+        }
+    }
+
+    /// A build or publish flight landed.
+    fn land(&mut self, flight: Flight) {
+        debug_assert_eq!(self.in_flight, Some(flight), "a result without its flight");
+        self.in_flight = None;
     }
 
     // ---- events ------------------------------------------------------------------------
@@ -538,6 +705,19 @@ impl Conductor {
         }
     }
 
+    /// The seed read failed an attempt: not ready, saying why (once synced; before, the
+    /// missing lists are the reason).
+    fn on_seed_retrying(&mut self, error: String, out: &mut Vec<Action>) {
+        self.seed_error = Some(error);
+        self.set_ready(out);
+    }
+
+    fn on_seed_done(&mut self, out: &mut Vec<Action>) {
+        self.seeded = true;
+        self.seed_error = None;
+        self.set_ready(out);
+    }
+
     fn on_built(&mut self, endpoints_only: bool, now: Instant, out: &mut Vec<Action>) {
         self.built = true;
         if !endpoints_only {
@@ -548,32 +728,30 @@ impl Conductor {
         self.publish_then_status(now, out);
     }
 
-    /// Whatever is due at `now`, one awaited step at a time: what stays due is handled
-    /// on the next tick, which [`wake_at`](Self::wake_at) makes immediate.
+    /// The claim's expiry; what else is due starts in `start_due`.
     fn on_tick(&mut self, now: Instant, out: &mut Vec<Action>) {
         if self.claim_expired(now) {
             self.on_leadership(now, out);
         }
-        if self.epoch.is_due(now) {
-            self.take_epoch(now, out);
-        }
-        if out.last().is_some_and(Action::awaits_result) {
-            return;
-        }
-        if self.publish.is_due(now) {
-            self.publish(now, out);
-        }
-        if out.last().is_some_and(Action::awaits_result) {
-            return;
-        }
-        if let Some(build) = self.due_build(now) {
-            out.push(build);
-        }
     }
 
-    /// Ready once every kind is listed, naming the role.
+    /// Ready once every kind is listed and the published snapshot read back, naming the
+    /// role; not ready while the read fails, naming the failure.
     fn set_ready(&self, out: &mut Vec<Action>) {
         if !self.synced {
+            return;
+        }
+        if !self.seeded {
+            let why = match &self.seed_error {
+                Some(error) => format!("; Redis: {error}"),
+                None => String::new(),
+            };
+            out.push(Action::SetReady {
+                ready: false,
+                detail: format!(
+                    "stores synced; waiting to read back the published snapshot (it keeps the last good version of objects invalid now){why}"
+                ),
+            });
             return;
         }
         let role = if self.term.is_some() {
@@ -605,6 +783,11 @@ mod tests {
     const MAX: Duration = Duration::from_secs(1);
     const KINDS: [&str; 2] = ["VirtualService", "Pod"];
 
+    /// The epoch floor the Lease gives term `term` in these tests.
+    fn floor(term: u64) -> u64 {
+        4_000_000 + term
+    }
+
     /// A conductor, the Lease view it is given, and a hand-driven clock.
     struct Harness {
         c: Conductor,
@@ -614,12 +797,8 @@ mod tests {
 
     fn standby() -> Leadership {
         Leadership {
-            identity: "a".into(),
-            leader: false,
-            valid_until: None,
-            term: 0,
             holder: Some("b".into()),
-            transitions: 0,
+            ..Leadership::standby("a")
         }
     }
 
@@ -660,6 +839,15 @@ mod tests {
             )
         }
 
+        fn built(&mut self, at: Duration) -> Vec<Action> {
+            self.on(
+                Event::BuildDone {
+                    endpoints_only: false,
+                },
+                at,
+            )
+        }
+
         /// Every kind listed (the last one now), nothing pending to read.
         fn synced(at: Duration) -> Self {
             let mut h = Harness::new(false);
@@ -676,6 +864,7 @@ mod tests {
                 term,
                 holder: Some("a".into()),
                 transitions: 0,
+                epoch_floor: floor(term),
             };
         }
 
@@ -693,16 +882,11 @@ mod tests {
                 h.on(Event::Tick, AFTER)[..],
                 [Action::Build { .. }]
             ));
-            h.on(
-                Event::BuildDone {
-                    endpoints_only: false,
-                },
-                AFTER,
-            );
+            h.built(AFTER);
             h.lead(1, 60 * S);
             assert_eq!(
                 h.on(Event::Leadership, AFTER).last(),
-                Some(&Action::TakeEpoch)
+                Some(&Action::TakeEpoch { floor: floor(1) })
             );
             assert_eq!(
                 h.on(Event::EpochTaken(7), AFTER).last(),
@@ -713,6 +897,17 @@ mod tests {
                 [Action::ShowLeader, Action::SendStatusJob]
             );
             h
+        }
+
+        /// [`leading_with_a_build`](Self::leading_with_a_build), then a change built
+        /// at 1.1 s and its publish in flight.
+        fn publishing_a_change() -> (Self, Duration) {
+            let mut h = Harness::leading_with_a_build();
+            h.applied(ChangeClass::Config, added(), &[], S);
+            let at = S + AFTER;
+            assert!(matches!(h.on(Event::Tick, at)[..], [Action::Build { .. }]));
+            assert_eq!(h.built(at).last(), Some(&Action::Publish));
+            (h, at)
         }
     }
 
@@ -751,6 +946,13 @@ mod tests {
         Event::PublishDone(PublishResult::Fenced { latest: None })
     }
 
+    fn standby_ready() -> Action {
+        Action::SetReady {
+            ready: true,
+            detail: "stores synced; standby (a)".into(),
+        }
+    }
+
     #[test]
     fn nothing_is_built_before_every_kind_is_listed() {
         let mut h = Harness::new(false);
@@ -775,44 +977,66 @@ mod tests {
         assert!(!h.c.may_build());
         assert_eq!(h.c.wake_at(), None);
         assert_eq!(h.on(Event::Tick, 10 * S), []);
-        // The last kind completes its list: ready, and the first (full) build is due a
-        // quiet period later.
+        // The last kind completes its list: ready, and the first (full) build is due: the
+        // change made while listing started the burst, which has waited its maximum.
         let out = h.applied(ChangeClass::Endpoints, first_sync(), &[], 20 * S);
         assert_eq!(
             out,
             [
-                Action::SetReady {
-                    ready: true,
-                    detail: "stores synced; standby (a)".into()
-                },
-                Action::ShowLeader
+                standby_ready(),
+                Action::ShowLeader,
+                Action::Build {
+                    endpoints_only: false,
+                    events: 2
+                }
             ]
-        );
-        // The change made while listing started the burst: it has waited its maximum.
-        assert_eq!(h.c.wake_at(), Some(h.t0 + 10 * MS + MAX));
-        assert_eq!(
-            h.on(Event::Tick, 20 * S),
-            [Action::Build {
-                endpoints_only: false,
-                events: 2
-            }]
         );
     }
 
     #[test]
-    fn nothing_is_built_before_the_published_snapshot_is_read() {
+    fn nothing_is_built_before_the_published_snapshot_is_read_and_readiness_says_why() {
         let mut h = Harness::new(true);
-        h.applied(ChangeClass::Config, first_sync(), &[], Duration::ZERO);
+        let waiting = "stores synced; waiting to read back the published snapshot (it keeps the last good version of objects invalid now)";
+        assert_eq!(
+            h.applied(ChangeClass::Config, first_sync(), &[], Duration::ZERO),
+            [
+                Action::SetReady {
+                    ready: false,
+                    detail: waiting.into()
+                },
+                Action::ShowLeader
+            ]
+        );
         assert!(!h.c.may_build());
         assert_eq!(h.c.wake_at(), None);
         assert_eq!(h.on(Event::Tick, 5 * S), []);
-        assert_eq!(h.on(Event::SeedDone, 5 * S), []);
-        // The burst waited: it is due at once.
-        assert_eq!(h.c.wake_at(), Some(h.t0 + AFTER));
-        assert!(matches!(
-            h.on(Event::Tick, 5 * S)[..],
-            [Action::Build { .. }]
-        ));
+        // Redis does not answer: still nothing built, and readiness names the failure.
+        let out = h.on(
+            Event::SeedRetrying {
+                error: "connection refused".into(),
+            },
+            6 * S,
+        );
+        assert_eq!(
+            out,
+            [Action::SetReady {
+                ready: false,
+                detail: format!("{waiting}; Redis: connection refused")
+            }]
+        );
+        assert!(!h.c.may_build());
+        // The answer: ready, and the burst that waited is built at once.
+        let out = h.on(Event::SeedDone, 9 * S);
+        assert_eq!(
+            out,
+            [
+                standby_ready(),
+                Action::Build {
+                    endpoints_only: false,
+                    events: 1
+                }
+            ]
+        );
     }
 
     #[test]
@@ -822,12 +1046,7 @@ mod tests {
             h.on(Event::Tick, AFTER)[..],
             [Action::Build { .. }]
         ));
-        h.on(
-            Event::BuildDone {
-                endpoints_only: false,
-            },
-            AFTER,
-        );
+        h.built(AFTER);
         assert_eq!(h.c.wake_at(), None, "nothing pending");
         // A burst of endpoint changes: one endpoint-only build after the quiet period.
         h.applied(ChangeClass::Endpoints, added(), &[], S);
@@ -843,11 +1062,44 @@ mod tests {
                 events: 2
             }]
         );
-        // A steady trickle is cut at the maximum delay.
-        for i in 0..30u32 {
+        // A steady trickle is cut at the maximum delay (counted from the first change, once
+        // the build in flight has landed).
+        h.on(
+            Event::BuildDone {
+                endpoints_only: true,
+            },
+            S + 150 * MS,
+        );
+        for i in 0..20u32 {
             h.applied(ChangeClass::Config, added(), &[], 2 * S + i * 50 * MS);
         }
         assert_eq!(h.c.wake_at(), Some(h.t0 + 2 * S + MAX));
+        assert!(matches!(
+            h.applied(ChangeClass::Config, added(), &[], 2 * S + MAX)[..],
+            [Action::Build { events: 21, .. }]
+        ));
+    }
+
+    #[test]
+    fn one_flight_at_a_time_and_what_became_due_starts_when_it_lands() {
+        let mut h = Harness::synced(Duration::ZERO);
+        assert!(matches!(
+            h.on(Event::Tick, AFTER)[..],
+            [Action::Build { .. }]
+        ));
+        assert_eq!(h.c.view(h.t0 + AFTER).in_flight, Some(Flight::Build));
+        // A change is due while the build is in flight: nothing starts, nothing wakes.
+        h.applied(ChangeClass::Config, added(), &[], 200 * MS);
+        assert_eq!(h.c.wake_at(), None);
+        assert_eq!(h.on(Event::Tick, S), []);
+        // The build lands: the due one starts at once.
+        assert_eq!(
+            h.built(S),
+            [Action::Build {
+                endpoints_only: false,
+                events: 1
+            }]
+        );
     }
 
     #[test]
@@ -873,56 +1125,57 @@ mod tests {
     }
 
     #[test]
-    fn a_new_term_takes_an_epoch_before_anything_is_published() {
+    fn a_new_term_takes_the_epoch_of_its_acquisition_before_anything_is_published() {
         let mut h = Harness::synced(Duration::ZERO);
         assert!(matches!(
             h.on(Event::Tick, AFTER)[..],
             [Action::Build { .. }]
         ));
         // A standby builds but does not publish.
-        let out = h.on(
-            Event::BuildDone {
-                endpoints_only: false,
-            },
-            AFTER,
-        );
-        assert_eq!(out, []);
+        assert_eq!(h.built(AFTER), []);
         h.lead(1, 10 * S);
         let out = h.on(Event::Leadership, S);
-        assert_eq!(notices(&out), [&Notice::Leading { term: 1 }]);
-        assert_eq!(out.last(), Some(&Action::TakeEpoch));
+        assert_eq!(
+            notices(&out),
+            [&Notice::Leading {
+                term: 1,
+                floor: floor(1)
+            }]
+        );
+        assert_eq!(out.last(), Some(&Action::TakeEpoch { floor: floor(1) }));
         assert!(!out.contains(&Action::Publish));
         assert_eq!(
             h.c.view(h.t0 + S),
             View {
                 leader: true,
                 term: Some(1),
-                epoch: None
+                epoch: None,
+                stood_down: false,
+                in_flight: Some(Flight::Epoch {
+                    term: 1,
+                    floor: floor(1)
+                })
             }
         );
-        // Nothing is published while the epoch is pending, even when a build is done.
+        // A change while the epoch is in flight: only the claim's expiry may wake the loop.
         h.applied(ChangeClass::Config, added(), &[], S);
-        assert!(matches!(
-            h.on(Event::Tick, 2 * S)[..],
-            [Action::Build { .. }]
-        ));
-        assert_eq!(
-            h.on(
-                Event::BuildDone {
-                    endpoints_only: false
-                },
-                2 * S
-            ),
-            [Action::SendStatusJob],
-            "statuses need no epoch"
-        );
-        let out = h.on(Event::EpochTaken(7), 2 * S);
+        assert_eq!(h.c.wake_at(), Some(h.t0 + 10 * S));
+        assert_eq!(h.on(Event::Tick, 2 * S), []);
+        // The epoch lands: the last build is published first.
+        let out = h.on(Event::EpochTaken(floor(1)), 2 * S);
         assert_eq!(out, [Action::ShowLeader, Action::Publish]);
-        assert_eq!(h.c.view(h.t0 + 2 * S).epoch, Some(7));
-        // The status job follows the publish's result.
+        assert_eq!(h.c.view(h.t0 + 2 * S).epoch, Some(floor(1)));
+        // The status job follows the publish's result; then the due build starts.
         assert_eq!(
             h.on(Event::PublishDone(PublishResult::Unchanged), 2 * S),
-            [Action::ShowLeader, Action::SendStatusJob]
+            [
+                Action::ShowLeader,
+                Action::SendStatusJob,
+                Action::Build {
+                    endpoints_only: false,
+                    events: 1
+                }
+            ]
         );
     }
 
@@ -932,25 +1185,20 @@ mod tests {
         h.lead(1, 10 * S);
         assert_eq!(
             h.on(Event::Leadership, Duration::ZERO).last(),
-            Some(&Action::TakeEpoch)
+            Some(&Action::TakeEpoch { floor: floor(1) })
         );
+        // The first build became due meanwhile: it starts when the epoch lands.
         assert_eq!(
-            h.on(Event::EpochTaken(3), Duration::ZERO),
-            [Action::ShowLeader]
+            h.on(Event::EpochTaken(3), AFTER),
+            [
+                Action::ShowLeader,
+                Action::Build {
+                    endpoints_only: false,
+                    events: 1
+                }
+            ]
         );
-        assert!(matches!(
-            h.on(Event::Tick, AFTER)[..],
-            [Action::Build { .. }]
-        ));
-        assert_eq!(
-            h.on(
-                Event::BuildDone {
-                    endpoints_only: false
-                },
-                AFTER
-            ),
-            [Action::Publish]
-        );
+        assert_eq!(h.built(AFTER), [Action::Publish]);
     }
 
     #[test]
@@ -968,16 +1216,16 @@ mod tests {
         let out = h.on(Event::Leadership, S);
         assert_eq!(out.first(), Some(&Action::Resign));
         assert_eq!(out.iter().filter(|a| **a == Action::Resign).count(), 1);
-        assert_eq!(notices(&out), [&Notice::Leading { term: 2 }]);
-        assert_eq!(out.last(), Some(&Action::TakeEpoch));
         assert_eq!(
-            h.c.view(h.t0 + S),
-            View {
-                leader: true,
-                term: Some(2),
-                epoch: None
-            }
+            notices(&out),
+            [&Notice::Leading {
+                term: 2,
+                floor: floor(2)
+            }]
         );
+        assert_eq!(out.last(), Some(&Action::TakeEpoch { floor: floor(2) }));
+        assert_eq!(h.c.view(h.t0 + S).term, Some(2));
+        assert_eq!(h.c.view(h.t0 + S).epoch, None);
     }
 
     #[test]
@@ -994,10 +1242,7 @@ mod tests {
                     holder: Some("b".into())
                 }),
                 Action::Resign,
-                Action::SetReady {
-                    ready: true,
-                    detail: "stores synced; standby (a)".into()
-                },
+                standby_ready(),
                 Action::ShowLeader
             ]
         );
@@ -1006,7 +1251,9 @@ mod tests {
             View {
                 leader: false,
                 term: None,
-                epoch: None
+                epoch: None,
+                stood_down: false,
+                in_flight: None
             }
         );
         // A standby again: builds are not published.
@@ -1015,15 +1262,7 @@ mod tests {
             h.on(Event::Tick, 3 * S)[..],
             [Action::Build { .. }]
         ));
-        assert_eq!(
-            h.on(
-                Event::BuildDone {
-                    endpoints_only: false
-                },
-                3 * S
-            ),
-            []
-        );
+        assert_eq!(h.built(3 * S), []);
     }
 
     #[test]
@@ -1044,6 +1283,74 @@ mod tests {
     }
 
     #[test]
+    fn a_slow_publish_does_not_hold_up_the_end_of_the_term() {
+        let (mut h, at) = Harness::publishing_a_change();
+        // Redis does not answer; the claim expires while the publish is in flight.
+        assert_eq!(
+            h.c.wake_at(),
+            Some(h.t0 + 60 * S),
+            "the claim wakes the loop"
+        );
+        let out = h.on(Event::Tick, 60 * S);
+        assert!(out.contains(&Action::Resign), "{out:?}");
+        assert!(
+            matches!(notices(&out)[..], [Notice::NotLeading { term: 1, .. }]),
+            "{out:?}"
+        );
+        assert_eq!(h.c.view(h.t0 + 60 * S).in_flight, Some(Flight::Publish));
+        // When the publish finally lands, nothing follows from it: the term is over.
+        for result in [
+            fenced(),
+            Event::PublishDone(PublishResult::Failed {
+                error: "timeout".into(),
+            }),
+        ] {
+            let mut h2 = Harness::publishing_a_change().0;
+            h2.on(Event::Tick, 60 * S);
+            assert_eq!(h2.on(result, 75 * S), [], "{at:?}");
+            assert_eq!(h2.c.wake_at(), None);
+        }
+        assert_eq!(
+            h.on(Event::PublishDone(PublishResult::Published), 75 * S),
+            [Action::ShowLeader]
+        );
+    }
+
+    #[test]
+    fn an_epoch_that_lands_after_its_term_ended_is_resigned() {
+        let mut h = Harness::synced(Duration::ZERO);
+        h.lead(1, 10 * S);
+        h.on(Event::Leadership, Duration::ZERO);
+        h.lose();
+        let out = h.on(Event::Leadership, S);
+        assert!(out.contains(&Action::Resign));
+        // The bus took the epoch after all: give it up again, publish nothing (the first
+        // build, due meanwhile, starts).
+        let out = h.on(Event::EpochTaken(floor(1)), 2 * S);
+        assert!(
+            matches!(out[..], [Action::Resign, Action::Build { .. }]),
+            "{out:?}"
+        );
+        // A new term meanwhile: its epoch waits for the old flight, then is taken.
+        let mut h = Harness::synced(Duration::ZERO);
+        h.lead(1, 10 * S);
+        h.on(Event::Leadership, Duration::ZERO);
+        h.lead(2, 20 * S);
+        let out = h.on(Event::Leadership, S);
+        assert!(
+            !out.iter().any(Action::awaits_result),
+            "one flight at a time: {out:?}"
+        );
+        assert_eq!(
+            h.on(Event::EpochTaken(floor(1)), 2 * S),
+            [Action::Resign, Action::TakeEpoch { floor: floor(2) }]
+        );
+        let out = h.on(Event::EpochTaken(floor(2)), 2 * S);
+        assert_eq!(out.first(), Some(&Action::ShowLeader));
+        assert_eq!(h.c.view(h.t0 + 2 * S).epoch, Some(floor(2)));
+    }
+
+    #[test]
     fn the_claim_is_rechecked_right_before_a_publish() {
         let mut h = Harness::leading_with_a_build();
         h.applied(ChangeClass::Config, added(), &[], 59 * S);
@@ -1052,12 +1359,7 @@ mod tests {
             [Action::Build { .. }]
         ));
         // The build took long: the claim expired meanwhile, unannounced.
-        let out = h.on(
-            Event::BuildDone {
-                endpoints_only: false,
-            },
-            61 * S,
-        );
+        let out = h.built(61 * S);
         assert!(!out.contains(&Action::Publish), "{out:?}");
         assert_eq!(notices(&out), [&Notice::ClaimExpired]);
         assert!(out.contains(&Action::Resign));
@@ -1075,77 +1377,75 @@ mod tests {
         // The Lease task withdrew the claim; the conductor has not handled that yet.
         h.lease.leader = false;
         let out = h.on(Event::Tick, 200 * MS);
-        assert!(!out.contains(&Action::TakeEpoch), "{out:?}");
+        assert!(
+            !out.iter().any(|a| matches!(a, Action::TakeEpoch { .. })),
+            "{out:?}"
+        );
         assert_eq!(notices(&out), [&Notice::ClaimExpired]);
         assert!(out.contains(&Action::Resign));
     }
 
     #[test]
-    fn fenced_while_holding_the_claim_retakes_the_epoch_with_backoff() {
-        let mut h = Harness::leading_with_a_build();
-        h.applied(ChangeClass::Config, added(), &[], S);
-        assert!(matches!(
-            h.on(Event::Tick, S + AFTER)[..],
-            [Action::Build { .. }]
-        ));
-        let at = S + AFTER;
-        assert_eq!(
-            h.on(
-                Event::BuildDone {
-                    endpoints_only: false
-                },
-                at
-            )
-            .last(),
-            Some(&Action::Publish)
-        );
+    fn fenced_while_holding_the_claim_stands_down_for_the_term() {
+        let (mut h, at) = Harness::publishing_a_change();
         let out = h.on(fenced(), at);
         assert_eq!(
             out,
             [
-                Action::Notice(Notice::Refenced {
+                Action::Notice(Notice::StoodDown {
                     latest: None,
-                    retry_in: 200 * MS
+                    newer_epoch: None
                 }),
-                Action::SendStatusJob
-            ]
+                Action::Resign,
+                Action::ShowLeader
+            ],
+            "no new epoch, no status job"
         );
-        assert!(!out.contains(&Action::Resign));
+        let view = h.c.view(h.t0 + at);
+        assert!(view.stood_down && view.leader && view.epoch.is_none());
+        // Nothing is retried, and later builds are not published in this term.
+        assert_eq!(h.c.wake_at(), Some(h.t0 + 60 * S), "only the claim");
+        h.applied(ChangeClass::Config, added(), &[], 2 * S);
+        assert!(matches!(
+            h.on(Event::Tick, 3 * S)[..],
+            [Action::Build { .. }]
+        ));
+        assert_eq!(h.built(3 * S), []);
         assert_eq!(
-            h.c.view(h.t0 + at).epoch,
-            None,
-            "the fenced epoch is dropped"
+            h.applied(ChangeClass::Config, status_only(), &[], 4 * S),
+            []
         );
-        assert_eq!(h.c.wake_at(), Some(h.t0 + at + 200 * MS));
-        assert_eq!(h.on(Event::Tick, at + 199 * MS), []);
-        assert_eq!(h.on(Event::Tick, at + 200 * MS), [Action::TakeEpoch]);
-        // The new epoch publishes what was fenced.
+        // The next term (the Lease changed hands and came back) tries again.
+        h.lead(2, 90 * S);
+        let out = h.on(Event::Leadership, 5 * S);
+        assert_eq!(out.last(), Some(&Action::TakeEpoch { floor: floor(2) }));
+        assert!(!h.c.view(h.t0 + 5 * S).stood_down);
+    }
+
+    #[test]
+    fn an_epoch_refused_while_holding_the_claim_stands_down_too() {
+        let mut h = Harness::synced(Duration::ZERO);
+        h.lead(1, 10 * S);
+        h.on(Event::Leadership, Duration::ZERO);
+        let out = h.on(Event::EpochSuperseded { newer: floor(9) }, Duration::ZERO);
         assert_eq!(
-            h.on(Event::EpochTaken(9), at + 200 * MS),
-            [Action::ShowLeader, Action::Publish]
+            notices(&out),
+            [&Notice::StoodDown {
+                latest: None,
+                newer_epoch: Some(floor(9))
+            }]
         );
-        // Fenced again in the same term: the backoff grows.
-        let out = h.on(fenced(), at + 200 * MS);
-        assert!(
-            matches!(notices(&out)[..], [Notice::Refenced { retry_in, .. }] if *retry_in == 400 * MS),
-            "{out:?}"
-        );
+        assert!(out.contains(&Action::Resign));
+        // The first build is due: built, not published, no epoch taken again.
+        let out = h.on(Event::Tick, AFTER);
+        assert!(matches!(out[..], [Action::Build { .. }]), "{out:?}");
+        assert_eq!(h.built(AFTER), []);
+        assert_eq!(h.c.wake_at(), Some(h.t0 + 10 * S));
     }
 
     #[test]
     fn fenced_without_the_claim_resigns() {
-        let mut h = Harness::leading_with_a_build();
-        h.applied(ChangeClass::Config, added(), &[], S);
-        assert!(matches!(
-            h.on(Event::Tick, S + AFTER)[..],
-            [Action::Build { .. }]
-        ));
-        h.on(
-            Event::BuildDone {
-                endpoints_only: false,
-            },
-            S + AFTER,
-        );
+        let (mut h, at) = Harness::publishing_a_change();
         // The claim lapsed while the publish was under way.
         h.lease.valid_until = Some(h.t0 + S);
         let latest = SnapshotRef {
@@ -1158,7 +1458,7 @@ mod tests {
             Event::PublishDone(PublishResult::Fenced {
                 latest: Some(latest.clone()),
             }),
-            2 * S,
+            at + S,
         );
         assert_eq!(
             notices(&out),
@@ -1170,7 +1470,7 @@ mod tests {
             ]
         );
         assert!(out.contains(&Action::Resign));
-        assert!(!out.contains(&Action::TakeEpoch));
+        assert!(!out.iter().any(|a| matches!(a, Action::TakeEpoch { .. })));
         assert!(!out.contains(&Action::SendStatusJob));
         assert_eq!(h.c.wake_at(), None, "no retry scheduled");
     }
@@ -1199,17 +1499,12 @@ mod tests {
             h.on(Event::Tick, AFTER)[..],
             [Action::Build { .. }]
         ));
-        assert_eq!(
-            h.on(
-                Event::BuildDone {
-                    endpoints_only: false
-                },
-                AFTER
-            ),
-            [Action::SendStatusJob]
-        );
+        assert_eq!(h.built(AFTER), [Action::SendStatusJob]);
         assert_eq!(h.c.wake_at(), Some(h.t0 + 200 * MS));
-        assert_eq!(h.on(Event::Tick, 200 * MS), [Action::TakeEpoch]);
+        assert_eq!(
+            h.on(Event::Tick, 200 * MS),
+            [Action::TakeEpoch { floor: floor(1) }]
+        );
         let out = h.on(
             Event::EpochFailed {
                 error: "down".into(),
@@ -1220,29 +1515,19 @@ mod tests {
             matches!(notices(&out)[..], [Notice::EpochRetry { retry_in, .. }] if *retry_in == 400 * MS),
             "{out:?}"
         );
-        assert_eq!(h.on(Event::Tick, 600 * MS), [Action::TakeEpoch]);
         assert_eq!(
-            h.on(Event::EpochTaken(4), 600 * MS),
+            h.on(Event::Tick, 600 * MS),
+            [Action::TakeEpoch { floor: floor(1) }]
+        );
+        assert_eq!(
+            h.on(Event::EpochTaken(floor(1)), 600 * MS),
             [Action::ShowLeader, Action::Publish]
         );
     }
 
     #[test]
     fn a_failed_publish_is_retried_with_backoff_until_a_new_build_starts_over() {
-        let mut h = Harness::leading_with_a_build();
-        h.applied(ChangeClass::Config, added(), &[], S);
-        let at = S + AFTER;
-        assert!(matches!(h.on(Event::Tick, at)[..], [Action::Build { .. }]));
-        assert_eq!(
-            h.on(
-                Event::BuildDone {
-                    endpoints_only: false
-                },
-                at
-            )
-            .last(),
-            Some(&Action::Publish)
-        );
+        let (mut h, at) = Harness::publishing_a_change();
         let failed = || {
             Event::PublishDone(PublishResult::Failed {
                 error: "timeout".into(),
@@ -1293,22 +1578,16 @@ mod tests {
 
     #[test]
     fn retries_stop_when_the_term_ends() {
-        let mut h = Harness::leading_with_a_build();
-        h.applied(ChangeClass::Config, added(), &[], S);
-        assert!(matches!(
-            h.on(Event::Tick, S + AFTER)[..],
-            [Action::Build { .. }]
-        ));
+        let (mut h, at) = Harness::publishing_a_change();
         h.on(
-            Event::BuildDone {
-                endpoints_only: false,
-            },
-            S + AFTER,
+            Event::PublishDone(PublishResult::Failed {
+                error: "timeout".into(),
+            }),
+            at,
         );
-        h.on(fenced(), S + AFTER);
         assert!(h.c.wake_at().is_some());
         h.lose();
-        h.on(Event::Leadership, S + AFTER);
+        h.on(Event::Leadership, at);
         assert_eq!(h.c.wake_at(), None);
         assert_eq!(h.on(Event::Tick, 5 * S), []);
     }
@@ -1331,12 +1610,7 @@ mod tests {
             h.on(Event::Tick, AFTER)[..],
             [Action::Build { .. }]
         ));
-        h.on(
-            Event::BuildDone {
-                endpoints_only: false,
-            },
-            AFTER,
-        );
+        h.built(AFTER);
         h.on(Event::PublishDone(PublishResult::Published), AFTER);
         // Leading: a status-only change compares statuses again, without a build.
         assert_eq!(
@@ -1356,15 +1630,7 @@ mod tests {
             h.on(Event::Tick, 4 * S)[..],
             [Action::Build { .. }]
         ));
-        assert_eq!(
-            h.on(
-                Event::BuildDone {
-                    endpoints_only: false
-                },
-                4 * S
-            ),
-            []
-        );
+        assert_eq!(h.built(4 * S), []);
         // Nor does a term whose claim has lapsed, before the Lease task says so.
         let mut h = Harness::leading_with_a_build();
         h.lease.valid_until = Some(h.t0 + S);

@@ -3,6 +3,11 @@
 //! type fails a whole list (and so retries it forever) when one object does not
 //! deserialize; over `Decoded<K>` the bad object is reported and skipped, and its watch
 //! goes on.
+//!
+//! Istio objects may carry fields Pilotfish does not know: the cluster's CRDs may be
+//! Istio's own, of a newer release. Such an object is read all the same, and the paths of
+//! those fields come with it, for the builder to report as warnings (log, status
+//! condition `AcceptedWithWarnings`).
 
 use std::borrow::Cow;
 
@@ -42,21 +47,45 @@ pub struct Undecodable {
 /// A watched object, typed when possible.
 #[derive(Clone, Debug)]
 pub enum Decoded<K> {
-    Ok(K),
+    /// The object, and the paths of the fields its type does not know (Istio kinds only;
+    /// empty for the others).
+    Ok(K, Vec<String>),
     /// Boxed: rare, and it keeps the common variant's size.
     Invalid(Box<Undecodable>),
 }
 
-impl<K: DeserializeOwned> Decoded<K> {
+/// The group of the Istio kinds, whose unknown fields are reported.
+const ISTIO_GROUP: &str = pilotfish_mesh::api::GROUP;
+
+impl<K: DeserializeOwned + Resource<DynamicType = ()>> Decoded<K> {
     /// Reads `value` as `K`, or keeps what can be read of it.
     pub fn from_value(value: Value) -> Result<Self, serde_json::Error> {
-        match serde_path_to_error::deserialize::<_, K>(&value) {
-            Ok(object) => Ok(Decoded::Ok(object)),
-            Err(e) => {
-                let failure = DecodeFailure {
+        let read = if K::group(&()) == ISTIO_GROUP {
+            pilotfish_mesh::api::parse_reporting_unknown::<K>(&value)
+                .map(|parsed| {
+                    let unknown = parsed.unknown_fields.into_iter().map(|f| f.path).collect();
+                    (parsed.object, unknown)
+                })
+                .map_err(|e| {
+                    // The type error is the last entry (unknown fields found before it
+                    // come first).
+                    let last = e.errors.last();
+                    DecodeFailure {
+                        path: last.map(|f| f.path.clone()).unwrap_or_default(),
+                        message: last.map(|f| f.reason.clone()).unwrap_or_default(),
+                    }
+                })
+        } else {
+            serde_path_to_error::deserialize::<_, K>(&value)
+                .map(|object| (object, Vec::new()))
+                .map_err(|e| DecodeFailure {
                     path: e.path().to_string(),
                     message: e.inner().to_string(),
-                };
+                })
+        };
+        match read {
+            Ok((object, unknown)) => Ok(Decoded::Ok(object, unknown)),
+            Err(failure) => {
                 // Without readable metadata the object cannot even be named: only then
                 // is it an error for the whole response.
                 let metadata =
@@ -71,7 +100,7 @@ impl<K: DeserializeOwned> Decoded<K> {
     }
 }
 
-impl<'de, K: DeserializeOwned> Deserialize<'de> for Decoded<K> {
+impl<'de, K: DeserializeOwned + Resource<DynamicType = ()>> Deserialize<'de> for Decoded<K> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let value = Value::deserialize(deserializer)?;
         Decoded::from_value(value).map_err(serde::de::Error::custom)
@@ -96,13 +125,13 @@ impl<K: Resource<DynamicType = ()>> Resource for Decoded<K> {
     }
     fn meta(&self) -> &ObjectMeta {
         match self {
-            Decoded::Ok(k) => k.meta(),
+            Decoded::Ok(k, _) => k.meta(),
             Decoded::Invalid(u) => &u.metadata,
         }
     }
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         match self {
-            Decoded::Ok(k) => k.meta_mut(),
+            Decoded::Ok(k, _) => k.meta_mut(),
             Decoded::Invalid(u) => &mut u.metadata,
         }
     }
@@ -122,7 +151,26 @@ mod tests {
             "spec": {"hosts": ["reviews"]}
         }))
         .unwrap();
-        assert!(matches!(d, Decoded::Ok(vs) if vs.spec.hosts == ["reviews"]));
+        assert!(
+            matches!(d, Decoded::Ok(vs, unknown) if vs.spec.hosts == ["reviews"] && unknown.is_empty())
+        );
+    }
+
+    /// An Istio object with fields a newer Istio defines is read, those fields named.
+    #[test]
+    fn unknown_fields_of_an_istio_object_come_with_it() {
+        let d: Decoded<VirtualService> = serde_json::from_value(json!({
+            "apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+            "metadata": {"name": "r", "namespace": "default"},
+            "spec": {"hosts": ["reviews"], "http": [{"route": [{"destination": {"host": "reviews"}}], "futureRetryPolicy": {"x": 1}}]},
+            "status": {"someController": {"state": "ok"}}
+        }))
+        .unwrap();
+        let Decoded::Ok(vs, unknown) = d else {
+            panic!("expected the object");
+        };
+        assert_eq!(vs.spec.http.len(), 1);
+        assert_eq!(unknown, ["spec.http[0].futureRetryPolicy"]);
     }
 
     #[test]
@@ -160,7 +208,7 @@ mod tests {
         ]))
         .unwrap();
         assert!(matches!(&list[0], Decoded::Invalid(_)));
-        assert!(matches!(&list[1], Decoded::Ok(_)));
+        assert!(matches!(&list[1], Decoded::Ok(..)));
     }
 
     #[test]

@@ -39,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 use crate::admin::AdminState;
 use lease::{Leadership, LeaseConfig};
 use mode::ModeLoop;
+use pilotfish_shared::bus::Claim;
 use pilotfish_shared::pipeline::Pipeline;
 use pilotfish_shared::pipeline::seed::Seed;
 use status::writer::{EventSink, StatusWriter};
@@ -102,27 +103,25 @@ fn until_shutdown(
 }
 
 impl KubeMode {
-    /// Builds every task of the mode. `seed` reads what is already published (see
-    /// [`pilotfish_shared::pipeline::seed`]). `shutdown` being cancelled ends every task; the Lease task
-    /// first releases the Lease (if held).
+    /// Builds every task of the mode, and the claim check for the publisher's watchdog
+    /// (whether this process holds the Lease now). `seed` reads what is already published
+    /// (see [`pilotfish_shared::pipeline::seed`]). `shutdown` being cancelled ends every
+    /// task; the Lease task first releases the Lease (if held).
     pub fn tasks(
         self,
         pipeline: Pipeline,
         seed: Option<Seed>,
         admin: AdminState,
         shutdown: CancellationToken,
-    ) -> Vec<Task> {
+    ) -> (Vec<Task>, Claim) {
         // Bounded: a flood of events applies back-pressure to the watchers instead of
         // growing memory while a build runs.
         let (updates_tx, updates_rx) = mpsc::channel(1024);
-        let (leadership_tx, leadership_rx) = channel::channel(Leadership {
-            identity: self.lease.identity.clone(),
-            leader: false,
-            valid_until: None,
-            term: 0,
-            holder: None,
-            transitions: 0,
-        });
+        let (leadership_tx, leadership_rx) =
+            channel::channel(Leadership::standby(self.lease.identity.clone()));
+        let claim_view = leadership_rx.clone();
+        let claim: Claim =
+            std::sync::Arc::new(move || claim_view.borrow().holds(tokio::time::Instant::now()));
         let (jobs_tx, jobs_rx) = channel::channel(None);
         let client = self.client.clone();
         let tasks = vec![
@@ -180,6 +179,6 @@ impl KubeMode {
             "controller loop",
             until_shutdown(shutdown, mode_loop.run(pipeline, seed).boxed()),
         ));
-        tasks
+        (tasks, claim)
     }
 }

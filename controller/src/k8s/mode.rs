@@ -1,24 +1,29 @@
 //! The Kubernetes mode's loop: the one owner of the [`Stores`], the pipeline and the
-//! last build. It waits (`select!`) for a watch update, a Lease change, the end of the
-//! seed read or the [`Conductor`]'s next deadline, tells the conductor, and performs
-//! what the conductor decides: builds (on every replica, so a standby that takes over
-//! publishes at once), epochs, publishes and resigns through the pipeline, status jobs
-//! for the [`StatusWriter`](super::status::writer::StatusWriter), readiness and
-//! `/debug/leader`, metrics and log lines. Every rule — when to build, publish, take an
-//! epoch, step down, retry — is the conductor's ([`super::conductor`]); nothing here
-//! decides.
+//! last build. It waits (`select!`) for a watch update, a Lease change, progress of the
+//! seed read, the landing of the operation in flight or the [`Conductor`]'s next
+//! deadline, tells the conductor, and performs what the conductor decides: builds (on
+//! every replica, so a standby that takes over publishes at once), epochs, publishes and
+//! resigns through the pipeline, status jobs for the
+//! [`StatusWriter`](super::status::writer::StatusWriter), readiness and `/debug/leader`,
+//! metrics and log lines. Every rule — when to build, publish, take an epoch, stand down,
+//! retry — is the conductor's ([`super::conductor`]); nothing here decides.
 //!
-//! A result the conductor waits for (a build, an epoch, a publish) is fed back at once,
-//! before the loop waits again: awaits run inline, one at a time, as they always have.
+//! Builds, epochs and publishes run as a *flight*: a future polled beside the other
+//! branches, whose result is fed back as an event when it lands. A slow or silent Redis
+//! therefore never keeps the loop from ending a term when the claim expires or the Lease
+//! changes hands; each Redis flight is also bounded ([`BUS_TIMEOUT`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
-use pilotfish_mesh::push_context::{BuildInputs, PushContext};
-use pilotfish_shared::bus::PublishOutcome;
-use pilotfish_shared::pipeline::seed::Seed;
-use pilotfish_shared::pipeline::{Built, Pipeline};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use futures::stream::StreamExt;
+use pilotfish_mesh::push_context::BuildInputs;
+use pilotfish_shared::bus::{EpochGrant, PublishOutcome};
+use pilotfish_shared::pipeline::seed::{Seed, SeedEvent};
+use pilotfish_shared::pipeline::{Built, Pipeline, snapshot_of};
 use pilotfish_shared::retry::sleep_until_opt;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
@@ -30,6 +35,11 @@ use super::status::plan::{BuildReport, StatusJob};
 use super::store::{Stores, Update};
 use crate::admin::AdminState;
 use crate::metrics;
+
+/// The longest an epoch or publish flight may take before it counts as failed (and is
+/// retried with backoff). Above the bus's own per-command timeout, so its more specific
+/// error normally comes first.
+pub const BUS_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Inputs of the loop.
 pub struct ModeLoop {
@@ -50,10 +60,28 @@ struct State {
     pipeline: Pipeline,
     stores: Stores,
     /// The last build, published (or retried) by the conductor's `Publish`.
-    current: Option<Built>,
+    current: Option<Arc<Built>>,
     /// What the last full build said, for status jobs.
     report: Option<BuildReport>,
     last_published: Option<serde_json::Value>,
+    /// The operation in flight.
+    flight: Option<BoxFuture<'static, Landed>>,
+    /// What `/debug/leader` last showed of the flight.
+    shown_flight: Option<&'static str>,
+}
+
+/// What a flight brings back.
+enum Landed {
+    Built {
+        built: Built,
+        events: u64,
+        generations: std::collections::BTreeMap<pilotfish_mesh::config::ConfigKey, i64>,
+    },
+    Published {
+        built: Arc<Built>,
+        result: Result<PublishOutcome, String>,
+    },
+    Event(Event),
 }
 
 impl ModeLoop {
@@ -66,6 +94,8 @@ impl ModeLoop {
             current: None,
             report: None,
             last_published: None,
+            flight: None,
+            shown_flight: None,
         };
         let mut conductor = Conductor::new(
             self.identity.clone(),
@@ -91,85 +121,155 @@ impl ModeLoop {
                     Event::Leadership
                 }
                 _ = sleep_until_opt(conductor.wake_at()) => Event::Tick,
-                seeded = seed_opt(&mut seed) => {
-                    seed = None;
-                    if let Some(previous) = seeded {
-                        s.pipeline.seed_previous(Arc::new(previous));
+                progress = seed_opt(&mut seed) => match progress {
+                    Some(SeedEvent::Retrying { error, .. }) => Event::SeedRetrying { error },
+                    Some(SeedEvent::Done(found)) => {
+                        seed = None;
+                        if let Some(previous) = found {
+                            s.pipeline.seed_previous(Arc::new(*previous));
+                        }
+                        Event::SeedDone
                     }
-                    Event::SeedDone
+                    None => {
+                        seed = None;
+                        Event::SeedDone
+                    }
+                },
+                landed = flight_opt(&mut s.flight) => {
+                    s.flight = None;
+                    match landed {
+                        Landed::Built { built, events, generations } => {
+                            self.built(&mut s, built, events, generations)
+                        }
+                        Landed::Published { built, result } => self.published(&mut s, &built, result),
+                        Landed::Event(event) => event,
+                    }
                 }
             };
             self.drive(&mut s, &mut conductor, event).await;
         }
     }
 
-    /// Feeds `event`, performs the actions, and feeds back the result of the one the
-    /// conductor waits for, until there is none.
+    /// Feeds `event` and performs the actions.
     async fn drive(&self, s: &mut State, conductor: &mut Conductor, event: Event) {
-        let mut next = Some(event);
-        while let Some(event) = next.take() {
-            let actions = {
-                // The newest Lease view, without marking it seen: the `changed` branch
-                // still runs the term rule for it.
-                let lease = self.leadership.borrow();
-                conductor.handle(event, Instant::now(), &lease)
-            };
-            for action in actions {
-                if let Some(result) = self.perform(s, conductor, action).await {
-                    next = Some(result);
-                }
-            }
+        let actions = {
+            // The newest Lease view, without marking it seen: the `changed` branch still
+            // runs the term rule for it.
+            let lease = self.leadership.borrow();
+            conductor.handle(event, Instant::now(), &lease)
+        };
+        for action in actions {
+            self.perform(s, conductor, action).await;
+        }
+        // A flight starting or landing is worth showing (is a publish hanging?).
+        if conductor.view(Instant::now()).in_flight.map(|f| f.name()) != s.shown_flight {
+            self.show_leader(s, conductor);
         }
     }
 
-    /// Performs one action; returns the result event of an awaited one.
-    async fn perform(&self, s: &mut State, conductor: &Conductor, action: Action) -> Option<Event> {
+    /// Performs one action; one that awaits a result becomes the flight.
+    async fn perform(&self, s: &mut State, conductor: &Conductor, action: Action) {
         match action {
             Action::Build {
                 endpoints_only,
                 events,
-            } => Some(self.build(s, endpoints_only, events).await),
-            Action::TakeEpoch => Some(match s.pipeline.take_epoch().await {
-                Ok(epoch) => {
-                    tracing::info!(epoch, "took a new epoch; earlier leaders are fenced");
-                    Event::EpochTaken(epoch)
-                }
-                Err(e) => Event::EpochFailed {
-                    error: e.to_string(),
-                },
-            }),
-            Action::Publish => self.publish(s).await.map(Event::PublishDone),
-            Action::Resign => {
-                s.pipeline.resign().await;
-                None
+            } => {
+                let inputs = s.stores.inputs(&self.base);
+                let generations = BuildReport::generations(&inputs);
+                let build = s.pipeline.start_build(inputs, endpoints_only);
+                s.flight = Some(
+                    async move {
+                        Landed::Built {
+                            built: build.await,
+                            events,
+                            generations,
+                        }
+                    }
+                    .boxed(),
+                );
             }
+            Action::TakeEpoch { floor } => {
+                let publisher = s.pipeline.publisher();
+                s.flight = Some(
+                    async move {
+                        let result =
+                            tokio::time::timeout(BUS_TIMEOUT, publisher.take_epoch(floor)).await;
+                        Landed::Event(match result {
+                            Ok(Ok(EpochGrant::Taken(epoch))) => {
+                                tracing::info!(
+                                    epoch,
+                                    "took a new epoch; earlier leaders are fenced"
+                                );
+                                Event::EpochTaken(epoch)
+                            }
+                            Ok(Ok(EpochGrant::Superseded { newer })) => {
+                                Event::EpochSuperseded { newer }
+                            }
+                            Ok(Err(e)) => Event::EpochFailed {
+                                error: e.to_string(),
+                            },
+                            Err(_) => Event::EpochFailed {
+                                error: format!("no answer from Redis within {BUS_TIMEOUT:?}"),
+                            },
+                        })
+                    }
+                    .boxed(),
+                );
+            }
+            Action::Publish => {
+                // The conductor asks for a publish only after a build; should it ever not,
+                // the flight still lands (as a failure), or no other could start.
+                let Some(built) = s.current.clone() else {
+                    s.flight = Some(
+                        futures::future::ready(Landed::Event(Event::PublishDone(
+                            PublishResult::Failed {
+                                error: "nothing built to publish".into(),
+                            },
+                        )))
+                        .boxed(),
+                    );
+                    return;
+                };
+                let publisher = s.pipeline.publisher();
+                s.flight = Some(
+                    async move {
+                        let result = match tokio::time::timeout(
+                            BUS_TIMEOUT,
+                            publisher.publish(snapshot_of(&built)),
+                        )
+                        .await
+                        {
+                            Ok(result) => result.map_err(|e| e.to_string()),
+                            Err(_) => Err(format!("no answer from Redis within {BUS_TIMEOUT:?}")),
+                        };
+                        Landed::Published { built, result }
+                    }
+                    .boxed(),
+                );
+            }
+            Action::Resign => s.pipeline.resign().await,
             Action::SendStatusJob => {
                 if let Some(report) = &s.report {
                     let job = StatusJob::from_build(s.stores.config_objects(), report);
                     self.status_jobs.send_replace(Some(Arc::new(job)));
                 }
-                None
             }
-            Action::SetReady { ready, detail } => {
-                self.admin.set_ready(ready, detail);
-                None
-            }
-            Action::ShowLeader => {
-                self.show_leader(s, conductor);
-                None
-            }
-            Action::Notice(notice) => {
-                self.log(notice);
-                None
-            }
+            Action::SetReady { ready, detail } => self.admin.set_ready(ready, detail),
+            Action::ShowLeader => self.show_leader(s, conductor),
+            Action::Notice(notice) => self.log(notice),
         }
     }
 
-    async fn build(&self, s: &mut State, endpoints_only: bool, events: u64) -> Event {
+    /// A build landed: it becomes the previous snapshot and the one to publish.
+    fn built(
+        &self,
+        s: &mut State,
+        built: Built,
+        events: u64,
+        generations: std::collections::BTreeMap<pilotfish_mesh::config::ConfigKey, i64>,
+    ) -> Event {
         pilotfish_shared::pipeline::metrics::DEBOUNCE_MERGED.inc_by(events.saturating_sub(1));
-        let inputs = s.stores.inputs(&self.base);
-        let generations = BuildReport::generations(&inputs);
-        let built = s.pipeline.build(inputs, endpoints_only).await;
+        s.pipeline.finish_build(&built);
         tracing::debug!(events, endpoints_only = built.endpoints_only, build_ms = built.took.as_millis() as u64, hash = %built.encoded.hash_hex(), "built snapshot");
         if !built.endpoints_only {
             s.report = Some(BuildReport::new(
@@ -180,14 +280,19 @@ impl ModeLoop {
         }
         self.admin.set_snapshot(&built, None);
         let endpoints_only = built.endpoints_only;
-        s.current = Some(built);
+        s.current = Some(Arc::new(built));
         Event::BuildDone { endpoints_only }
     }
 
-    async fn publish(&self, s: &mut State) -> Option<PublishResult> {
-        // The conductor asks for a publish only after a build.
-        let built = s.current.as_ref()?;
-        let result = match s.pipeline.publish(built).await {
+    /// A publish landed: what the admin pages and the log say, and the result for the
+    /// conductor.
+    fn published(
+        &self,
+        s: &mut State,
+        built: &Built,
+        result: Result<PublishOutcome, String>,
+    ) -> Event {
+        let result = match result {
             Ok(outcome) => {
                 if let PublishOutcome::Published(r) = &outcome {
                     tracing::info!(version = r.version, epoch = r.epoch, hash = %built.encoded.hash_hex(), path = if built.endpoints_only { "endpoints" } else { "full" }, build_ms = built.took.as_millis() as u64, "published snapshot");
@@ -201,14 +306,12 @@ impl ModeLoop {
                     PublishOutcome::Fenced { current } => PublishResult::Fenced { latest: current },
                 }
             }
-            Err(e) => {
+            Err(error) => {
                 self.admin.set_snapshot(built, None);
-                PublishResult::Failed {
-                    error: e.to_string(),
-                }
+                PublishResult::Failed { error }
             }
         };
-        Some(result)
+        Event::PublishDone(result)
     }
 
     fn log(&self, notice: Notice) {
@@ -219,8 +322,8 @@ impl ModeLoop {
                 .unwrap_or_else(|| "none".into())
         };
         match notice {
-            Notice::Leading { term } => {
-                tracing::info!(identity = %self.identity, term, "leading: taking a new epoch before publishing");
+            Notice::Leading { term, floor } => {
+                tracing::info!(identity = %self.identity, term, epoch = floor, "leading: taking the epoch of this Lease acquisition before publishing");
             }
             Notice::NotLeading {
                 term,
@@ -235,8 +338,12 @@ impl ModeLoop {
             Notice::EpochRetry { error, retry_in } => {
                 tracing::warn!(error = %error, retry_in_ms = retry_in.as_millis() as u64, "cannot take an epoch yet; not publishing");
             }
-            Notice::Refenced { latest, retry_in } => {
-                tracing::error!(latest = %shown(&latest), retry_in_ms = retry_in.as_millis() as u64, "publish fenced although this replica holds the Lease: another writer took a newer epoch; taking a new one");
+            Notice::StoodDown {
+                latest,
+                newer_epoch,
+            } => {
+                metrics::STOOD_DOWN.inc();
+                tracing::error!(latest = %shown(&latest), newer_epoch = ?newer_epoch, "another writer has a newer epoch although this replica holds the Lease (its view is stale, or a second controller writes this Redis prefix): standing down, publishing nothing more in this term");
             }
             Notice::Deposed { latest } => {
                 tracing::warn!(latest = %shown(&latest), "publish fenced: a newer leader owns `latest`; stepping down");
@@ -247,8 +354,9 @@ impl ModeLoop {
         }
     }
 
-    fn show_leader(&self, s: &State, conductor: &Conductor) {
+    fn show_leader(&self, s: &mut State, conductor: &Conductor) {
         let view = conductor.view(Instant::now());
+        s.shown_flight = view.in_flight.map(|f| f.name());
         metrics::LEADER.set(i64::from(view.term.is_some()));
         let lease = conductor.lease();
         let unsynced = s.stores.unsynced();
@@ -261,6 +369,9 @@ impl ModeLoop {
             "lease_transitions": lease.transitions,
             "term": view.term,
             "epoch": view.epoch,
+            "epoch_floor": (lease.epoch_floor > 0).then_some(lease.epoch_floor),
+            "stood_down": view.stood_down,
+            "in_flight": view.in_flight.map(|f| f.name()),
             "last_published": s.last_published,
             "synced": unsynced.is_empty(),
             "unsynced": unsynced,
@@ -308,9 +419,18 @@ fn apply(stores: &mut Stores, update: Update) -> Event {
     }
 }
 
-/// Awaits the seed, or forever when there is none (a disabled `select!` branch).
-async fn seed_opt(seed: &mut Option<Seed>) -> Option<PushContext> {
+/// The next progress of the seed read, or nothing ever when there is none (a disabled
+/// `select!` branch).
+async fn seed_opt(seed: &mut Option<Seed>) -> Option<SeedEvent> {
     match seed {
+        Some(stream) => stream.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The landing of the flight, or nothing ever when none is in the air.
+async fn flight_opt(flight: &mut Option<BoxFuture<'static, Landed>>) -> Landed {
+    match flight {
         Some(f) => f.await,
         None => std::future::pending().await,
     }

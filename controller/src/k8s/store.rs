@@ -52,6 +52,9 @@ pub trait Watched:
     fn same_status(_a: &Self::Stored, _b: &Self::Stored) -> bool {
         true
     }
+    /// The status writer reports on objects of this kind, so an object that does not
+    /// decode keeps its `status` (for the comparison). Other kinds keep none of it.
+    const WRITES_STATUS: bool = false;
     /// This kind's store.
     fn store(stores: &mut Stores) -> &mut KindStore<Self::Stored>;
 }
@@ -97,6 +100,7 @@ macro_rules! istio_kind {
             fn same_status(a: &Self, b: &Self) -> bool {
                 a.status == b.status
             }
+            const WRITES_STATUS: bool = true;
             fn store(stores: &mut Stores) -> &mut KindStore<Self> {
                 &mut stores.$field
             }
@@ -189,7 +193,9 @@ impl Watched for Namespace {
     }
 }
 
-/// An object that did not decode: what the status writer needs to report it.
+/// An object that did not decode: what the status writer needs to report it (its
+/// identity, and its `status` only for the kinds the writer reports on — a Pod's status
+/// can be many kilobytes and is never read).
 #[derive(Clone, Debug, PartialEq)]
 pub struct FailedObject {
     pub uid: Option<String>,
@@ -202,7 +208,8 @@ pub struct FailedObject {
 /// One object after ingest.
 #[derive(Clone, Debug)]
 pub enum Ingested<T> {
-    Ok(T),
+    /// The stored form, and the paths of fields Pilotfish does not know (Istio kinds).
+    Ok(T, Vec<String>),
     Failed(FailedObject),
 }
 
@@ -210,9 +217,9 @@ impl<T> Ingested<T> {
     /// Ingests a decoded object of kind `K`.
     pub fn from_decoded<K: Watched<Stored = T>>(decoded: Decoded<K>) -> (ObjectKey, Self) {
         match decoded {
-            Decoded::Ok(object) => {
+            Decoded::Ok(object, unknown) => {
                 let key = object_key(object.meta());
-                (key, Ingested::Ok(object.ingest()))
+                (key, Ingested::Ok(object.ingest(), unknown))
             }
             Decoded::Invalid(u) => (
                 object_key(&u.metadata),
@@ -220,7 +227,7 @@ impl<T> Ingested<T> {
                     uid: u.metadata.uid,
                     generation: u.metadata.generation,
                     resource_version: u.metadata.resource_version,
-                    status: u.status,
+                    status: u.status.filter(|_| K::WRITES_STATUS),
                     failure: u.failure,
                 }),
             ),
@@ -274,6 +281,8 @@ pub struct KindStore<T> {
     /// Objects whose latest version did not decode. The last version that did (if any)
     /// stays in `objects`, so a bad edit never removes what was served.
     failures: BTreeMap<ObjectKey, FailedObject>,
+    /// Fields Pilotfish does not know, of the objects that have some.
+    unknown_fields: BTreeMap<ObjectKey, Vec<String>>,
     synced: bool,
 }
 
@@ -282,6 +291,7 @@ impl<T> Default for KindStore<T> {
         KindStore {
             objects: BTreeMap::new(),
             failures: BTreeMap::new(),
+            unknown_fields: BTreeMap::new(),
             synced: false,
         }
     }
@@ -313,6 +323,11 @@ impl<T> KindStore<T> {
         &self.failures
     }
 
+    /// The fields Pilotfish does not know, of each stored object that has some.
+    pub fn unknown_fields(&self) -> &BTreeMap<ObjectKey, Vec<String>> {
+        &self.unknown_fields
+    }
+
     /// Applies one change. `same_for_mesh` / `same_status` are the kind's rules.
     pub fn apply(
         &mut self,
@@ -329,6 +344,7 @@ impl<T> KindStore<T> {
                 if self.objects.remove(&key).is_some() {
                     summary.deleted += 1;
                 }
+                self.unknown_fields.remove(&key);
                 if self.failures.remove(&key).is_some() {
                     summary.failures_changed = true;
                 }
@@ -342,6 +358,7 @@ impl<T> KindStore<T> {
                 // Whatever the list no longer holds was deleted while we were not watching.
                 let before = self.objects.len();
                 self.objects.retain(|k, _| listed.contains(k));
+                self.unknown_fields.retain(|k, _| listed.contains(k));
                 summary.deleted += (before - self.objects.len()) as u64;
                 let failures_before = self.failures.len();
                 self.failures.retain(|k, _| listed.contains(k));
@@ -364,13 +381,27 @@ impl<T> KindStore<T> {
         summary: &mut Summary,
     ) {
         match item {
-            Ingested::Ok(value) => {
+            Ingested::Ok(value, unknown) => {
                 if self.failures.remove(&key).is_some() {
                     summary.failures_changed = true;
                 }
+                // What the builder reports about the object changes with its unknown fields.
+                let unknown_changed = self
+                    .unknown_fields
+                    .get(&key)
+                    .map(Vec::as_slice)
+                    .unwrap_or(&[])
+                    != unknown.as_slice();
+                if unknown.is_empty() {
+                    self.unknown_fields.remove(&key);
+                } else {
+                    self.unknown_fields.insert(key.clone(), unknown);
+                }
                 match self.objects.get(&key) {
                     None => summary.added += 1,
-                    Some(old) if !same_for_mesh(old, &value) => summary.updated += 1,
+                    Some(old) if unknown_changed || !same_for_mesh(old, &value) => {
+                        summary.updated += 1
+                    }
                     Some(old) if !same_status(old, &value) => summary.status_only += 1,
                     Some(_) => summary.unchanged += 1,
                 }
@@ -511,7 +542,43 @@ impl Stores {
             virtual_services: live(&self.virtual_services, &terminating).collect(),
             destination_rules: live(&self.destination_rules, &terminating).collect(),
             service_entries: live(&self.service_entries, &terminating).collect(),
+            input_warnings: self.unknown_field_warnings(&terminating),
         }
+    }
+
+    /// Warnings about the fields Pilotfish does not know, of the Istio objects the build reads.
+    fn unknown_field_warnings(
+        &self,
+        terminating: &std::collections::BTreeSet<&str>,
+    ) -> Vec<pilotfish_mesh::config::ConfigError> {
+        let mut out = Vec::new();
+        for (kind, fields) in [
+            (
+                ConfigKind::VirtualService,
+                self.virtual_services.unknown_fields(),
+            ),
+            (
+                ConfigKind::DestinationRule,
+                self.destination_rules.unknown_fields(),
+            ),
+            (
+                ConfigKind::ServiceEntry,
+                self.service_entries.unknown_fields(),
+            ),
+        ] {
+            for ((namespace, name), paths) in fields {
+                if terminating.contains(namespace.as_str()) {
+                    continue;
+                }
+                let key = ConfigKey::new(kind, namespace.clone(), name.clone());
+                out.extend(
+                    paths
+                        .iter()
+                        .map(|p| pilotfish_mesh::document::unknown_field_warning(&key, p)),
+                );
+            }
+        }
+        out
     }
 
     /// Every Istio object, as the status writer sees it.
@@ -642,12 +709,18 @@ mod tests {
         assert!(stores.unsynced().contains(&"VirtualService"));
         let s = apply_vs(
             &mut stores,
-            Change::Apply(key("old"), Ingested::Ok(mk_vs("old", 1, &["a"]))),
+            Change::Apply(
+                key("old"),
+                Ingested::Ok(mk_vs("old", 1, &["a"]), Vec::new()),
+            ),
         );
         assert_eq!(s.added, 1);
         let s = apply_vs(
             &mut stores,
-            Change::Relisted(vec![(key("new"), Ingested::Ok(mk_vs("new", 1, &["b"])))]),
+            Change::Relisted(vec![(
+                key("new"),
+                Ingested::Ok(mk_vs("new", 1, &["b"]), Vec::new()),
+            )]),
         );
         assert_eq!((s.added, s.deleted), (1, 1));
         assert!(s.first_sync);
@@ -655,7 +728,10 @@ mod tests {
         assert!(stores.virtual_services.get(&key("old")).is_none());
         let s = apply_vs(
             &mut stores,
-            Change::Relisted(vec![(key("new"), Ingested::Ok(mk_vs("new", 1, &["b"])))]),
+            Change::Relisted(vec![(
+                key("new"),
+                Ingested::Ok(mk_vs("new", 1, &["b"]), Vec::new()),
+            )]),
         );
         assert_eq!(s.unchanged, 1);
         assert!(!s.first_sync && !s.mesh_changed());
@@ -666,7 +742,7 @@ mod tests {
         let mut stores = Stores::default();
         apply_vs(
             &mut stores,
-            Change::Apply(key("r"), Ingested::Ok(mk_vs("r", 1, &["a"]))),
+            Change::Apply(key("r"), Ingested::Ok(mk_vs("r", 1, &["a"]), Vec::new())),
         );
         let mut with_status = mk_vs("r", 1, &["a"]);
         with_status.metadata.resource_version = Some("7".into());
@@ -680,7 +756,7 @@ mod tests {
         });
         let s = apply_vs(
             &mut stores,
-            Change::Apply(key("r"), Ingested::Ok(with_status.clone())),
+            Change::Apply(key("r"), Ingested::Ok(with_status.clone(), Vec::new())),
         );
         assert_eq!(s.status_only, 1);
         assert!(!s.mesh_changed() && s.status_changed());
@@ -692,13 +768,13 @@ mod tests {
         relabelled.metadata.labels = Some(BTreeMap::from([("x".into(), "y".into())]));
         let s = apply_vs(
             &mut stores,
-            Change::Apply(key("r"), Ingested::Ok(relabelled)),
+            Change::Apply(key("r"), Ingested::Ok(relabelled, Vec::new())),
         );
         assert_eq!(s.unchanged, 1);
         assert!(!s.mesh_changed() && !s.status_changed());
         let s = apply_vs(
             &mut stores,
-            Change::Apply(key("r"), Ingested::Ok(mk_vs("r", 2, &["b"]))),
+            Change::Apply(key("r"), Ingested::Ok(mk_vs("r", 2, &["b"]), Vec::new())),
         );
         assert_eq!(s.updated, 1);
     }
@@ -708,7 +784,7 @@ mod tests {
         let mut stores = Stores::default();
         apply_vs(
             &mut stores,
-            Change::Apply(key("r"), Ingested::Ok(mk_vs("r", 1, &["a"]))),
+            Change::Apply(key("r"), Ingested::Ok(mk_vs("r", 1, &["a"]), Vec::new())),
         );
         let s = apply_vs(
             &mut stores,
@@ -738,7 +814,7 @@ mod tests {
         // A fixed version clears it.
         let s = apply_vs(
             &mut stores,
-            Change::Apply(key("r"), Ingested::Ok(mk_vs("r", 3, &["c"]))),
+            Change::Apply(key("r"), Ingested::Ok(mk_vs("r", 3, &["c"]), Vec::new())),
         );
         assert!(s.failures_changed && s.mesh_changed());
         assert_eq!(stores.config_objects()[0].decode_failure, None);
@@ -758,8 +834,11 @@ mod tests {
         pod.metadata.name = Some("p".into());
         pod.metadata.namespace = Some("default".into());
         pod.metadata.labels = Some(BTreeMap::from([("version".into(), "v1".into())]));
-        let s = Update::new::<Pod>(Change::Apply(key("p"), Ingested::Ok(pod.clone().ingest())))
-            .apply(&mut stores);
+        let s = Update::new::<Pod>(Change::Apply(
+            key("p"),
+            Ingested::Ok(pod.clone().ingest(), Vec::new()),
+        ))
+        .apply(&mut stores);
         assert_eq!(s.added, 1);
         pod.status = Some(PodStatus {
             container_statuses: Some(vec![ContainerStatus {
@@ -768,8 +847,11 @@ mod tests {
             }]),
             ..Default::default()
         });
-        let s = Update::new::<Pod>(Change::Apply(key("p"), Ingested::Ok(pod.ingest())))
-            .apply(&mut stores);
+        let s = Update::new::<Pod>(Change::Apply(
+            key("p"),
+            Ingested::Ok(pod.ingest(), Vec::new()),
+        ))
+        .apply(&mut stores);
         assert_eq!(s.unchanged, 1, "a restart count is nothing the mesh reads");
         assert_eq!(
             stores
@@ -784,24 +866,60 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_that_does_not_decode_keeps_nothing_of_its_status() {
+        let value = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "default", "uid": "u1",
+                         "annotations": {"big": "x".repeat(10_000)}},
+            "spec": {"containers": "not a list"},
+            "status": {"phase": "Running", "message": "y".repeat(10_000)},
+        });
+        let decoded = Decoded::<Pod>::from_value(value.clone()).unwrap();
+        let (key, ingested) = Ingested::from_decoded(decoded);
+        assert_eq!(key, ("default".to_string(), "p".to_string()));
+        let Ingested::Failed(failed) = ingested else {
+            panic!("the Pod should not decode")
+        };
+        assert_eq!(failed.status, None);
+        assert!(
+            format!("{failed:?}").len() < 1_000,
+            "only the identity and the reason: {failed:?}"
+        );
+        // An Istio object keeps its status: the writer compares with it.
+        let mut vs = value;
+        vs["apiVersion"] = "networking.istio.io/v1".into();
+        vs["kind"] = "VirtualService".into();
+        vs["spec"] = serde_json::json!({"hosts": "not a list"});
+        let decoded = Decoded::<VirtualService>::from_value(vs).unwrap();
+        let (_, Ingested::Failed(failed)) = Ingested::from_decoded(decoded) else {
+            panic!("the VirtualService should not decode")
+        };
+        assert!(failed.status.is_some());
+    }
+
+    #[test]
     fn inputs_leave_out_terminating_namespaces() {
         let mut stores = Stores::default();
         apply_vs(
             &mut stores,
-            Change::Apply(key("r"), Ingested::Ok(mk_vs("r", 1, &["a"]))),
+            Change::Apply(key("r"), Ingested::Ok(mk_vs("r", 1, &["a"]), Vec::new())),
         );
         let mut gone = mk_vs("g", 1, &["b"]);
         gone.metadata.namespace = Some("old".into());
         apply_vs(
             &mut stores,
-            Change::Apply(("old".into(), "g".into()), Ingested::Ok(gone)),
+            Change::Apply(("old".into(), "g".into()), Ingested::Ok(gone, Vec::new())),
         );
         Update::new::<Namespace>(Change::Apply(
             (String::new(), "old".into()),
-            Ingested::Ok(NamespaceInfo {
-                name: "old".into(),
-                terminating: true,
-            }),
+            Ingested::Ok(
+                NamespaceInfo {
+                    name: "old".into(),
+                    terminating: true,
+                },
+                Vec::new(),
+            ),
         ))
         .apply(&mut stores);
         let inputs = stores.inputs(&BuildInputs::default());

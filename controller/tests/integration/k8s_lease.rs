@@ -23,14 +23,7 @@ struct Candidate {
 
 impl Candidate {
     fn start(cluster: &Cluster, identity: &str, timings: LeaseTimings) -> Candidate {
-        let (tx, leadership) = watch::channel(Leadership {
-            identity: identity.into(),
-            leader: false,
-            valid_until: None,
-            term: 0,
-            holder: None,
-            transitions: 0,
-        });
+        let (tx, leadership) = watch::channel(Leadership::standby(identity));
         let shutdown = CancellationToken::new();
         let api: Api<Lease> = Api::namespaced(cluster.client(), "default");
         let config = LeaseConfig {

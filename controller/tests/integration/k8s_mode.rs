@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Event as CoreEvent;
 use kube::api::{Api, ListParams};
 use pilotfish_mesh::codec::{self, DecodeLimits};
 use pilotfish_mesh::push_context::PushContext;
+use pilotfish_shared::bus::Verified;
 use pilotfish_shared::bus::memory::MemoryBus;
 use pilotfish_shared::bus::redis::{RedisConfig, RedisPublisher};
 use pilotfish_shared::bus::{Follower, SnapshotPublisher};
@@ -18,8 +19,8 @@ use serde_json::json;
 
 use crate::k8s_support::*;
 
-fn decode(blob: &[u8]) -> Result<PushContext, codec::DecodeError> {
-    codec::decode(blob, &DecodeLimits::default())
+fn decode(blob: &[u8]) -> Result<Verified<PushContext>, codec::DecodeError> {
+    pilotfish_testkit::keys::decoder()(blob)
 }
 
 /// The VirtualService weights the bus currently serves.
@@ -125,7 +126,9 @@ async fn invalid_objects_get_a_false_condition_and_one_event_and_keep_the_previo
         message.contains("spec.http[0].route[1].weight"),
         "{message}"
     );
-    assert!(message.contains("v9"), "{message}");
+    // The subset no DestinationRule defines is not a reason to reject (Istio judges the
+    // object alone): only the weight is an error.
+    assert!(!message.contains("v9"), "{message}");
     assert!(
         message.contains("the last accepted version is still served"),
         "{message}"
@@ -210,6 +213,54 @@ async fn invalid_objects_get_a_false_condition_and_one_event_and_keep_the_previo
         (c["status"] == "True" && c["observedGeneration"] == 3).then_some(())
     })
     .await;
+    replica.assert_alive();
+}
+
+/// The cluster's CRDs are a newer Istio's: a VirtualService uses a field this Pilotfish
+/// does not know, and names a subset no DestinationRule defines. Istio would serve it; so
+/// does Pilotfish, with both reported as warnings in the status condition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_fields_and_undefined_subsets_are_warnings_and_the_route_is_served() {
+    let cluster = Cluster::start().await;
+    cluster
+        .install_crds(crds_with_extra_field(
+            "VirtualService",
+            "spec.http[]",
+            "futureRetryPolicy",
+        ))
+        .await;
+    reviews_mesh(&cluster).await;
+    let mut vs = split("reviews", "reviews", &[("v1", 80), ("v9", 20)]);
+    vs["spec"]["http"][0]["futureRetryPolicy"] = json!({"budget": 5});
+    cluster.apply(vs.clone()).await;
+    let stored = cluster.get(&vs).await.expect("stored");
+    assert_eq!(
+        stored.data["spec"]["http"][0]["futureRetryPolicy"]["budget"], 5,
+        "the API server keeps the field its CRD declares"
+    );
+    let bus = MemoryBus::new();
+    let (follower, _task) = bus.follow(decode);
+    let mut replica = Replica::start(&cluster, "a", Arc::new(bus.publisher()), fast_timings());
+    let served = eventually("the route, served", || async {
+        served_weights(&follower, "reviews")
+    })
+    .await;
+    assert_eq!(served, vec![80, 20]);
+    let condition = eventually("the Reconciled condition", || async {
+        reconciled(&cluster.get(&vs).await?)
+    })
+    .await;
+    assert_eq!(condition["status"], "True", "{condition}");
+    assert_eq!(condition["reason"], "AcceptedWithWarnings", "{condition}");
+    let message = condition["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.http[0].futureRetryPolicy: unknown field"),
+        "{message}"
+    );
+    assert!(
+        message.contains("spec.http[0].route[1].destination.subset: subset \"v9\""),
+        "{message}"
+    );
     replica.assert_alive();
 }
 
@@ -425,7 +476,11 @@ async fn a_restarted_controller_keeps_the_last_accepted_version_of_an_object_inv
             &cluster,
             identity,
             publisher.clone(),
-            Some(read_published(publisher, Duration::from_secs(10))),
+            Some(read_published(
+                publisher,
+                DecodeLimits::default(),
+                pilotfish_testkit::keys::verify_keys(),
+            )),
             fast_timings(),
         )
     };

@@ -74,8 +74,13 @@ impl Cluster {
     }
 
     pub async fn install_istio_crds(&self) {
+        self.install_crds(pilotfish_mesh::api::crd::crds()).await;
+    }
+
+    /// Installs `crds` and waits until each is established.
+    pub async fn install_crds(&self, crds: Vec<CustomResourceDefinition>) {
         let api: Api<CustomResourceDefinition> = Api::all(self.client());
-        for crd in pilotfish_mesh::api::crd::crds() {
+        for crd in crds {
             let name = crd.metadata.name.clone().expect("CRD name");
             api.create(&PostParams::default(), &crd)
                 .await
@@ -141,6 +146,31 @@ impl Cluster {
         let (api, name) = self.api_for(object);
         api.get_opt(&name).await.expect("get")
     }
+}
+
+/// Pilotfish's CRDs with one field more in every served version of `kind`, at `path`
+/// (`.`-separated properties, `[]` into list items) — what a newer Istio's CRD looks like
+/// to this Pilotfish.
+pub fn crds_with_extra_field(kind: &str, path: &str, field: &str) -> Vec<CustomResourceDefinition> {
+    let mut crds = pilotfish_mesh::api::crd::crds();
+    for crd in crds.iter_mut().filter(|c| c.spec.names.kind == kind) {
+        for version in &mut crd.spec.versions {
+            let schema = version.schema.as_mut().expect("schema");
+            let props = schema.open_api_v3_schema.as_mut().expect("openAPIV3Schema");
+            let mut value = serde_json::to_value(&*props).expect("schema as JSON");
+            let mut node = &mut value;
+            for step in path.split('.') {
+                node = match step.strip_suffix("[]") {
+                    Some(name) => &mut node["properties"][name]["items"],
+                    None => &mut node["properties"][step],
+                };
+            }
+            node["properties"][field] =
+                json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+            *props = serde_json::from_value(value).expect("schema from JSON");
+        }
+    }
+    crds
 }
 
 // ---- objects ---------------------------------------------------------------------------
@@ -286,12 +316,13 @@ impl Replica {
             },
         };
         let mut tasks = JoinSet::new();
-        for (name, task) in mode.tasks(
-            Pipeline::new(publisher),
+        let (mode_tasks, _claim) = mode.tasks(
+            Pipeline::new(publisher, pilotfish_testkit::keys::signer()),
             seed,
             admin.clone(),
             shutdown.clone(),
-        ) {
+        );
+        for (name, task) in mode_tasks {
             tasks.spawn(async move { (name, task.await) });
         }
         Replica {

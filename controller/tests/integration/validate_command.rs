@@ -66,13 +66,85 @@ fn parse_errors_are_reported_with_file_and_document() {
     let file = dir.path().join("typo.yaml");
     std::fs::write(
         &file,
-        "apiVersion: v1\nkind: Service\nmetadata: {name: a}\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: a}\nspec:\n  host: a\n  subsets: [{name: v1, lables: {version: v1}}]\n",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: a}\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: a}\nspec:\n  host: a\n  subsets: [{name: v1, labels: [version]}]\n",
     )
     .unwrap();
     let (code, out) = validate(&["-f", dir.path().to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("typo.yaml: document 1:"), "{out}");
-    assert!(out.contains("spec.subsets[0].lables"), "{out}");
+    assert!(out.contains("spec.subsets[0].labels"), "{out}");
+}
+
+/// A field Pilotfish does not know (a newer Istio's, or a typo) is a warning naming it;
+/// the object is validated and used all the same.
+#[test]
+fn unknown_fields_are_warnings_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("newer.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: a}\nspec:\n  host: a\n  subsets: [{name: v1, lables: {version: v1}}]\n",
+    )
+    .unwrap();
+    let (code, out) = validate(&["-f", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("spec.subsets[0].lables"))
+        .unwrap_or_else(|| panic!("no line names the field:\n{out}"));
+    assert!(
+        line.starts_with("warning: DestinationRule default/a"),
+        "{line}"
+    );
+    assert!(line.contains("unknown field"), "{line}");
+}
+
+/// Istio's sample layout — a Gateway and the VirtualService bound to it in one file —
+/// beside a Sidecar and an AuthorizationPolicy: valid Istio configuration, so exit 0; the
+/// kinds Pilotfish does not support yet are warnings.
+#[test]
+fn unsupported_istio_kinds_are_warnings_not_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("gateway.yaml"),
+        "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: bookinfo-gateway}\nspec:\n  selector: {istio: ingressgateway}\n  servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: bookinfo}\nspec:\n  hosts: ['*']\n  gateways: [bookinfo-gateway]\n  http: [{route: [{destination: {host: productpage, port: {number: 9080}}}]}]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("policy.yaml"),
+        "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: default}\nspec: {egress: [{hosts: ['./*']}]}\n---\napiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: deny-all}\nspec: {}\n",
+    )
+    .unwrap();
+    let (code, out) = validate(&["-f", dir.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    for kind in [
+        "networking.istio.io/v1/Gateway default/bookinfo-gateway",
+        "networking.istio.io/v1/Sidecar default/default",
+        "security.istio.io/v1/AuthorizationPolicy default/deny-all",
+    ] {
+        assert!(
+            out.lines().any(|l| l.starts_with("warning: ")
+                && l.contains(kind)
+                && l.ends_with("not supported by Pilotfish yet: ignored")),
+            "{kind}:\n{out}"
+        );
+    }
+    assert!(out.contains("1 object(s) checked: 0 error(s)"), "{out}");
+}
+
+/// Istio validates each object alone: a VirtualService whose subsets are defined in a
+/// DestinationRule of another file is valid on its own (a warning says the subset is not
+/// among the objects given).
+#[test]
+fn a_virtual_service_whose_subsets_live_elsewhere_validates_alone() {
+    let file = corpus("valid/request-routing.yaml");
+    let (code, out) = validate(&["-f", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("warning:") && l.contains(".subset: subset")),
+        "{out}"
+    );
 }
 
 #[test]

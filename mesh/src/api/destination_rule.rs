@@ -81,7 +81,31 @@ pub struct TypeWorkloadSelector {
         deserialize_with = "null_as_default",
         skip_serializing_if = "BTreeMap::is_empty"
     )]
+    #[schemars(transform = selector_label_rules)]
     pub match_labels: Labels,
+}
+
+/// The rules Istio's CRD puts on a DestinationRule's selector labels: at most 4096, keys
+/// non-empty and without `*`, values of at most 63 characters without `*`.
+fn selector_label_rules(schema: &mut schemars::Schema) {
+    schema.insert("maxProperties".into(), 4096.into());
+    schema.insert(
+        "x-kubernetes-validations".into(),
+        serde_json::json!([
+            {"rule": "self.all(key, !key.contains(\"*\"))", "message": "a selector label key cannot contain '*'"},
+            {"rule": "self.all(key, key.size() != 0)", "message": "a selector label key cannot be empty"}
+        ]),
+    );
+    if let Some(values) = schema
+        .get_mut("additionalProperties")
+        .and_then(|v| v.as_object_mut())
+    {
+        values.insert("maxLength".into(), 63.into());
+        values.insert(
+            "x-kubernetes-validations".into(),
+            serde_json::json!([{"rule": "!self.contains(\"*\")", "message": "a selector label value cannot contain '*'"}]),
+        );
+    }
 }
 
 /// Traffic policies for a service, a subset, or (without `portLevelSettings`) a port.
@@ -106,6 +130,7 @@ pub struct TrafficPolicy {
         deserialize_with = "null_as_default",
         skip_serializing_if = "Vec::is_empty"
     )]
+    #[schemars(length(max = 4096))]
     pub port_level_settings: Vec<PortTrafficPolicy>,
     /// Tunneling of TCP over another transport for this host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -188,7 +213,8 @@ sibling_oneofs!(LoadBalancerSettings, transform = lb_policy_oneof, {
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum SimpleLb {
     Unspecified,
-    /// Deprecated alias of `LEAST_REQUEST`.
+    // Deprecated alias of `LEAST_REQUEST`. (A plain comment: a doc comment on one variant
+    // would reorder the CRD's enum.)
     LeastConn,
     Random,
     Passthrough,
@@ -204,9 +230,11 @@ pub struct WarmupConfiguration {
     pub duration: Duration,
     /// Minimum percentage of traffic a new endpoint gets (0–100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
     pub minimum_percent: Option<f64>,
     /// How fast traffic increases over the window (1.0 = linear).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub aggression: Option<f64>,
 }
 
@@ -261,6 +289,7 @@ pub struct HttpCookie {
     pub path: Option<String>,
     /// Lifetime of the generated cookie.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::duration::unbounded_schema")]
     pub ttl: Option<Duration>,
     /// Additional attributes of the generated cookie.
     #[serde(
@@ -387,8 +416,9 @@ pub struct TcpSettings {
     /// Maximum lifetime of a connection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connection_duration: Option<Duration>,
-    /// Idle timeout of TCP connections.
+    /// Idle timeout of TCP connections (`0s` disables it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::duration::unbounded_schema")]
     pub idle_timeout: Option<Duration>,
 }
 
@@ -561,6 +591,7 @@ pub enum ProxyProtocolVersion {
 pub struct RetryBudget {
     /// Concurrent retries as a percentage of active plus pending requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
     pub percent: Option<f64>,
     /// Minimum retry concurrency allowed regardless of the percentage.
     #[serde(default, skip_serializing_if = "Option::is_none")]

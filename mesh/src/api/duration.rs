@@ -218,12 +218,28 @@ impl JsonSchema for Duration {
         "Duration".into()
     }
 
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "type": "string",
-            "description": "A duration such as \"1.5s\", \"250ms\" or \"1m30s\" (units ns, us, ms, s, m, h)."
-        })
+    /// Istio's CRDs bound every duration field but two from below (`>= 1ms`); those two
+    /// use [`unbounded_schema`].
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        let mut schema = unbounded_schema(generator);
+        schema.insert(
+            "x-kubernetes-validations".into(),
+            serde_json::json!([{
+                "rule": "duration(self) >= duration('1ms')",
+                "message": "must be a duration of at least 1ms"
+            }]),
+        );
+        schema
     }
+}
+
+/// The schema of a duration field without the 1 ms floor (DestinationRule's TCP
+/// `idleTimeout`, where `0s` disables the timeout, and the hash cookie's `ttl`).
+pub fn unbounded_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "string",
+        "description": "A duration such as \"1.5s\", \"250ms\" or \"1m30s\" (units ns, us, ms, s, m, h)."
+    })
 }
 
 #[cfg(test)]

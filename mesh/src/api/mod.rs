@@ -10,6 +10,9 @@
 //!   oneof; [`Oneofs`] reports which members of sibling-field oneofs are set.
 //! - Strict parsing of user input: [`parse_strict`], [`parse_strict_yaml`],
 //!   [`yaml_documents`], [`IstioResource::parse_strict`]; errors are [`ApiParseError`].
+//!   [`parse_reporting_unknown`] and [`IstioResource::parse_yaml_reporting_unknown`] set
+//!   unknown fields aside ([`Parsed`]) instead of failing: Istio YAML of a newer release
+//!   is served, its unknown fields reported as warnings.
 //! - [`crd::crds`]: the CustomResourceDefinitions, served as `v1` (storage), `v1beta1`
 //!   and `v1alpha3` with identical schemas.
 //!
@@ -46,8 +49,8 @@ pub use service_entry::{
 };
 pub use status::{IstioCondition, IstioStatus};
 pub use strict::{
-    ApiParseError, FieldError, SourceLocation, YamlDocument, parse_strict, parse_strict_yaml,
-    yaml_documents,
+    ApiParseError, FieldError, Parsed, SourceLocation, YamlDocument, parse_reporting_unknown,
+    parse_strict, parse_strict_yaml, yaml_documents,
 };
 pub use virtual_service::{
     CorsPolicy, Delegate, GRPC_STATUS_NAMES, HeaderOperations, Headers, HttpBody,
@@ -158,6 +161,24 @@ impl IstioResource {
 
     /// Like [`IstioResource::parse_strict`], with line/column in the errors.
     pub fn parse_strict_yaml(document: &YamlDocument) -> Result<Option<Self>, ApiParseError> {
+        let Some(parsed) = Self::parse_yaml_reporting_unknown(document)? else {
+            return Ok(None);
+        };
+        if parsed.unknown_fields.is_empty() {
+            Ok(Some(parsed.object))
+        } else {
+            Err(ApiParseError {
+                errors: parsed.unknown_fields,
+            })
+        }
+    }
+
+    /// Parses a YAML document like [`IstioResource::parse_strict_yaml`], except that fields
+    /// the types do not know are returned beside the object instead of failing it: Istio
+    /// YAML may carry fields of a newer Istio, which Pilotfish ignores with a warning.
+    pub fn parse_yaml_reporting_unknown(
+        document: &YamlDocument,
+    ) -> Result<Option<Parsed<Self>>, ApiParseError> {
         let kind = IstioKind::of(&document.value).map_err(|mut e| {
             for error in &mut e.errors {
                 error.location = document.location_of_field(&error.path);
@@ -167,16 +188,22 @@ impl IstioResource {
         let Some(kind) = kind else {
             return Ok(None);
         };
+        fn boxed<T>(parsed: Parsed<T>, wrap: fn(Box<T>) -> IstioResource) -> Parsed<IstioResource> {
+            Parsed {
+                object: wrap(Box::new(parsed.object)),
+                unknown_fields: parsed.unknown_fields,
+            }
+        }
         match kind {
             IstioKind::VirtualService => document
-                .parse_strict()
-                .map(|o| IstioResource::VirtualService(Box::new(o))),
+                .parse_reporting_unknown()
+                .map(|p| boxed(p, IstioResource::VirtualService)),
             IstioKind::DestinationRule => document
-                .parse_strict()
-                .map(|o| IstioResource::DestinationRule(Box::new(o))),
+                .parse_reporting_unknown()
+                .map(|p| boxed(p, IstioResource::DestinationRule)),
             IstioKind::ServiceEntry => document
-                .parse_strict()
-                .map(|o| IstioResource::ServiceEntry(Box::new(o))),
+                .parse_reporting_unknown()
+                .map(|p| boxed(p, IstioResource::ServiceEntry)),
         }
         .map(Some)
     }

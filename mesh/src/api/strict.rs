@@ -167,10 +167,43 @@ pub fn parse_strict<T: DeserializeOwned>(value: &serde_json::Value) -> Result<T,
     parse_strict_located(value, &Locations::default())
 }
 
+/// An object read from user input, with the fields its type does not know set aside.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Parsed<T> {
+    pub object: T,
+    /// Fields the type does not know (reason `unknown field`), in input order. A newer
+    /// Istio may define them, or they are typos: callers report them as warnings.
+    pub unknown_fields: Vec<FieldError>,
+}
+
+/// Deserializes `value` into `T` like [`parse_strict`], except that unknown fields are
+/// returned beside the object instead of failing it. Type errors still fail.
+pub fn parse_reporting_unknown<T: DeserializeOwned>(
+    value: &serde_json::Value,
+) -> Result<Parsed<T>, ApiParseError> {
+    parse_located(value, &Locations::default())
+}
+
 fn parse_strict_located<T: DeserializeOwned>(
     value: &serde_json::Value,
     locations: &Locations,
 ) -> Result<T, ApiParseError> {
+    let parsed = parse_located::<T>(value, locations)?;
+    if parsed.unknown_fields.is_empty() {
+        Ok(parsed.object)
+    } else {
+        Err(ApiParseError {
+            errors: parsed.unknown_fields,
+        })
+    }
+}
+
+/// Deserializes, collecting unknown fields. On a type error, the unknown fields found
+/// before it come first, then the error (deserialization stops there).
+fn parse_located<T: DeserializeOwned>(
+    value: &serde_json::Value,
+    locations: &Locations,
+) -> Result<Parsed<T>, ApiParseError> {
     let mut unknown: Vec<Vec<Segment>> = Vec::new();
     let result = {
         let mut on_ignored = |path: serde_ignored::Path<'_>| {
@@ -181,7 +214,7 @@ fn parse_strict_located<T: DeserializeOwned>(
         let deserializer = serde_ignored::Deserializer::new(value, &mut on_ignored);
         serde_path_to_error::deserialize::<_, T>(deserializer)
     };
-    let mut errors: Vec<FieldError> = unknown
+    let unknown_fields: Vec<FieldError> = unknown
         .into_iter()
         .filter(|segments| !is_exempt(segments))
         .map(|segments| FieldError {
@@ -191,10 +224,13 @@ fn parse_strict_located<T: DeserializeOwned>(
         })
         .collect();
     match result {
-        Ok(parsed) if errors.is_empty() => Ok(parsed),
-        Ok(_) => Err(ApiParseError { errors }),
+        Ok(object) => Ok(Parsed {
+            object,
+            unknown_fields,
+        }),
         Err(error) => {
             let segments = error_path_segments(error.path());
+            let mut errors = unknown_fields;
             errors.push(FieldError {
                 path: format_path(&segments),
                 reason: error.inner().to_string(),
@@ -233,6 +269,12 @@ impl YamlDocument {
     /// Strictly parses this document into `T`; errors carry line and column.
     pub fn parse_strict<T: DeserializeOwned>(&self) -> Result<T, ApiParseError> {
         parse_strict_located(&self.value, &self.locations)
+    }
+
+    /// Parses this document into `T`, setting unknown fields aside (with line and
+    /// column) instead of failing; see [`parse_reporting_unknown`].
+    pub fn parse_reporting_unknown<T: DeserializeOwned>(&self) -> Result<Parsed<T>, ApiParseError> {
+        parse_located(&self.value, &self.locations)
     }
 
     /// Where the document's root node starts (to point at the object in later errors).

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use prost::Message;
+use sha2::{Digest, Sha256};
 
 use super::*;
 use crate::model::{
@@ -16,6 +17,18 @@ use crate::synthetic::{MeshShape, mesh};
 
 fn synthetic(n: usize) -> PushContext {
     push_context::build(&mesh(MeshShape::standard(n)), None).context
+}
+
+fn signer() -> SnapshotSigner {
+    SnapshotSigner::from_seed([42; 32])
+}
+
+fn keys() -> VerifyKeys {
+    VerifyKeys::new([signer().verify_key()])
+}
+
+fn dec(blob: &[u8], limits: &DecodeLimits) -> Result<PushContext, DecodeError> {
+    decode(blob, limits, &keys())
 }
 
 #[test]
@@ -31,82 +44,149 @@ fn direct_encoding_matches_the_generated_encoder() {
 fn round_trip_keeps_every_item() {
     let ctx = synthetic(200);
     assert_eq!(ctx.virtual_services().len(), 20);
-    let encoded = encode(&ctx);
-    let decoded = decode(&encoded.bytes, &DecodeLimits::default()).unwrap();
+    let encoded = encode(&ctx, &signer());
+    assert_eq!(encoded.header.key_id, signer().key_id());
+    let decoded = dec(&encoded.bytes, &DecodeLimits::default()).unwrap();
     assert_eq!(decoded.data(), ctx.data());
     assert_eq!(decoded.hashes(), ctx.hashes());
 }
 
 #[test]
 fn encoding_is_deterministic() {
-    let a = encode(&synthetic(300));
-    let b = encode(&synthetic(300));
+    let a = encode(&synthetic(300), &signer());
+    let b = encode(&synthetic(300), &signer());
     assert_eq!(a.bytes, b.bytes);
     assert_eq!(a.hash_hex(), b.hash_hex());
-    let c = encode(&synthetic(301));
+    let c = encode(&synthetic(301), &signer());
     assert_ne!(a.hash_hex(), c.hash_hex());
     // Re-encoding what was decoded gives the same bytes.
-    let again = encode(&decode(&a.bytes, &DecodeLimits::default()).unwrap());
+    let again = encode(&dec(&a.bytes, &DecodeLimits::default()).unwrap(), &signer());
     assert_eq!(again.bytes, a.bytes);
+    // Another key: other bytes, the same content hash.
+    let other = encode(&synthetic(300), &SnapshotSigner::from_seed([1; 32]));
+    assert_ne!(other.bytes, a.bytes);
+    assert_eq!(other.hash_hex(), a.hash_hex());
 }
 
 #[test]
-fn rejects_truncated_bad_magic_and_unknown_major() {
-    let blob = encode(&synthetic(10)).bytes;
+fn rejects_truncated_bad_magic_unsigned_and_unknown_major() {
+    let blob = encode(&synthetic(10), &signer()).bytes;
     let limits = DecodeLimits::default();
     assert_eq!(
-        decode(&blob[..10], &limits).unwrap_err(),
+        dec(&blob[..10], &limits).unwrap_err(),
         DecodeError::Truncated { len: 10 }
     );
     let mut bad = blob.clone();
     bad[0] = b'X';
     assert!(matches!(
-        decode(&bad, &limits),
+        dec(&bad, &limits),
         Err(DecodeError::BadMagic { .. })
     ));
     let mut newer = blob.clone();
-    newer[4..6].copy_from_slice(&2u16.to_le_bytes());
-    let err = decode(&newer, &limits).unwrap_err();
-    assert_eq!(err, DecodeError::UnsupportedVersion { major: 2, minor: 0 });
-    assert!(err.to_string().contains("schema version 2.0"), "{err}");
-    // A newer minor version is read.
+    newer[4..6].copy_from_slice(&3u16.to_le_bytes());
+    let err = dec(&newer, &limits).unwrap_err();
+    assert_eq!(err, DecodeError::UnsupportedVersion { major: 3, minor: 0 });
+    assert!(err.to_string().contains("schema version 3.0"), "{err}");
+    // A schema-1 blob (what controllers wrote before blobs were signed) is unsigned.
+    let mut old = b"PFSN".to_vec();
+    old.extend_from_slice(&1u16.to_le_bytes());
+    old.extend_from_slice(&0u16.to_le_bytes());
+    old.extend_from_slice(&[0; 44]);
+    let err = dec(&old, &limits).unwrap_err();
+    assert_eq!(err.reason(), "unsigned");
+    // The minor version is signed: changing it breaks the signature.
     let mut minor = blob.clone();
     minor[6..8].copy_from_slice(&7u16.to_le_bytes());
-    assert!(decode(&minor, &limits).is_ok());
+    assert_eq!(dec(&minor, &limits).unwrap_err().reason(), "bad_signature");
 }
 
 #[test]
-fn rejects_corruption_anywhere_in_the_payload() {
-    let blob = encode(&synthetic(50)).bytes;
+fn only_blobs_signed_by_a_known_key_are_opened() {
+    let ctx = synthetic(20);
     let limits = DecodeLimits::default();
-    // Cut the frame short.
-    let err = decode(&blob[..blob.len() - 7], &limits).unwrap_err();
-    assert_eq!(err.reason(), "corrupt", "{err}");
-    // Flip bytes across the compressed payload: each must be caught (zstd checks or hash).
-    for pos in (HEADER_LEN..blob.len()).step_by(97) {
+    let forged = encode(&ctx, &SnapshotSigner::from_seed([9; 32]));
+    let err = dec(&forged.bytes, &limits).unwrap_err();
+    assert_eq!(err.reason(), "unknown_key", "{err}");
+    // Rotation: a reader holding both keys accepts both.
+    let both = VerifyKeys::new([
+        signer().verify_key(),
+        SnapshotSigner::from_seed([9; 32]).verify_key(),
+    ]);
+    assert!(decode(&forged.bytes, &limits, &both).is_ok());
+    // A forged signature under a known key id.
+    let mut blob = encode(&ctx, &signer()).bytes;
+    blob[70] ^= 0x01;
+    assert_eq!(dec(&blob, &limits).unwrap_err().reason(), "bad_signature");
+    // A key id swapped for another known one.
+    let mut blob = encode(&ctx, &signer()).bytes;
+    blob[52..60].copy_from_slice(&SnapshotSigner::from_seed([9; 32]).key_id().0);
+    assert_eq!(
+        decode(&blob, &limits, &both).unwrap_err().reason(),
+        "bad_signature"
+    );
+    // No keys at all: nothing is accepted.
+    let err = decode(
+        &encode(&ctx, &signer()).bytes,
+        &limits,
+        &VerifyKeys::default(),
+    )
+    .unwrap_err();
+    assert_eq!(err.reason(), "unknown_key");
+}
+
+#[test]
+fn rejects_corruption_anywhere_in_the_blob_before_decompressing() {
+    let blob = encode(&synthetic(50), &signer()).bytes;
+    let limits = DecodeLimits::default();
+    // Cut the frame short: the signature covers the frame.
+    let err = dec(&blob[..blob.len() - 7], &limits).unwrap_err();
+    assert_eq!(err.reason(), "bad_signature", "{err}");
+    // Flip bytes anywhere: each is caught, by the signature.
+    for pos in (0..blob.len()).step_by(97).filter(|p| !(0..4).contains(p)) {
         let mut bad = blob.clone();
         bad[pos] ^= 0x5a;
-        let result = decode(&bad, &limits);
+        let result = dec(&bad, &limits);
         assert!(result.is_err(), "flip at {pos} was not detected");
     }
-    // A wrong hash in the header.
-    let mut bad = blob.clone();
-    bad[30] ^= 1;
+}
+
+#[test]
+fn a_signed_frame_that_lies_is_caught_after_decompression() {
+    let ctx = synthetic(50);
+    let payload = super::direct::encode_payload(&ctx);
+    let frame = zstd::bulk::compress(&payload, 3).unwrap();
+    let hash: [u8; 32] = Sha256::digest(&payload).into();
+    let limits = DecodeLimits::default();
+    // A wrong content hash.
+    let liar = seal_frame(frame.clone(), payload.len() as u64, [7; 32], &signer());
     assert_eq!(
-        decode(&bad, &limits).unwrap_err(),
+        dec(&liar.bytes, &limits).unwrap_err(),
         DecodeError::Corrupt("content hash does not match the header".into())
+    );
+    // A length shorter or longer than what the frame holds.
+    for len in [16, payload.len() as u64 - 1, payload.len() as u64 + 1] {
+        let liar = seal_frame(frame.clone(), len, hash, &signer());
+        let err = dec(&liar.bytes, &limits).unwrap_err();
+        assert_eq!(err.reason(), "corrupt", "{len}: {err}");
+    }
+    assert!(
+        dec(
+            &seal_frame(frame, payload.len() as u64, hash, &signer()).bytes,
+            &limits
+        )
+        .is_ok()
     );
 }
 
 #[test]
 fn enforces_size_limits_before_allocating() {
-    let blob = encode(&synthetic(50)).bytes;
+    let blob = encode(&synthetic(50), &signer()).bytes;
     let small = DecodeLimits {
         max_blob_bytes: blob.len() - 1,
         ..DecodeLimits::default()
     };
     assert!(matches!(
-        decode(&blob, &small),
+        dec(&blob, &small),
         Err(DecodeError::TooLarge { .. })
     ));
     let header = read_header(&blob).unwrap();
@@ -114,15 +194,45 @@ fn enforces_size_limits_before_allocating() {
         max_payload_bytes: header.payload_len as usize - 1,
         ..DecodeLimits::default()
     };
-    assert_eq!(decode(&blob, &tight).unwrap_err().reason(), "too_large");
-    // A header that lies about the payload length cannot make the reader expand more.
-    let mut liar = blob.clone();
-    liar[12..20].copy_from_slice(&16u64.to_le_bytes());
+    assert_eq!(dec(&blob, &tight).unwrap_err().reason(), "too_large");
     assert_eq!(
-        decode(&liar, &DecodeLimits::default())
-            .unwrap_err()
-            .reason(),
-        "corrupt"
+        DecodeLimits::for_max_blob(1 << 20).max_payload_bytes,
+        32 << 20
+    );
+}
+
+#[test]
+fn a_decompression_bomb_is_refused_by_its_declared_length_or_cut_at_it() {
+    // 64 MiB of zeros compress to a few KiB.
+    let mut encoder = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..64 {
+        std::io::Write::write_all(&mut encoder, &zeros).unwrap();
+    }
+    let frame = encoder.finish().unwrap();
+    assert!(frame.len() < 64 << 10, "{}", frame.len());
+    let limits = DecodeLimits::for_max_blob(256 << 10);
+    // Declared honestly: refused before decompression (the payload limit is 8 MiB).
+    let honest = seal_frame(frame.clone(), 64 << 20, [0; 32], &signer());
+    assert_eq!(
+        dec(&honest.bytes, &limits).unwrap_err(),
+        DecodeError::TooLarge {
+            size: 64 << 20,
+            limit: 8 << 20
+        }
+    );
+    // Declared small: decompression stops one byte past the declared length.
+    let liar = seal_frame(frame.clone(), 1 << 20, [0; 32], &signer());
+    let err = dec(&liar.bytes, &limits).unwrap_err();
+    assert!(
+        err.to_string().contains("longer than the 1048576 bytes"),
+        "{err}"
+    );
+    // Unsigned: refused before anything is decompressed.
+    let unsigned = seal_frame(frame, 1 << 20, [0; 32], &SnapshotSigner::from_seed([3; 32]));
+    assert_eq!(
+        dec(&unsigned.bytes, &limits).unwrap_err().reason(),
+        "unknown_key"
     );
 }
 
@@ -231,18 +341,84 @@ proptest! {
             ..base.data().clone()
         };
         let ctx = PushContext::from_data(data);
-        let encoded = encode(&ctx);
-        let decoded = decode(&encoded.bytes, &DecodeLimits::default()).unwrap();
+        let encoded = encode(&ctx, &signer());
+        let decoded = dec(&encoded.bytes, &DecodeLimits::default()).unwrap();
         prop_assert_eq!(decoded.data(), ctx.data());
-        prop_assert_eq!(encode(&decoded).bytes, encoded.bytes);
+        prop_assert_eq!(encode(&decoded, &signer()).bytes, encoded.bytes);
         // The copy-free encoder writes exactly what prost's generated encoder writes.
         prop_assert_eq!(super::direct::encode_payload(&ctx), to_pb(&ctx).encode_to_vec());
     }
 
     #[test]
-    fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
-        let mut blob = MAGIC.to_vec();
+    fn arbitrary_bytes_are_refused_without_panic(bytes in prop::collection::vec(any::<u8>(), 0..2048),
+                                                 magic in any::<bool>()) {
+        let mut blob = if magic { MAGIC.to_vec() } else { Vec::new() };
         blob.extend_from_slice(&bytes);
-        let _ = decode(&blob, &DecodeLimits::default());
+        prop_assert!(dec(&blob, &DecodeLimits::default()).is_err());
     }
+
+    #[test]
+    fn every_truncation_is_refused(cut in 0usize..4096) {
+        let blob = &valid_blob().bytes;
+        let cut = cut % blob.len();
+        prop_assert!(dec(&blob[..cut], &DecodeLimits::default()).is_err());
+    }
+
+    #[test]
+    fn every_bit_flip_is_refused(bit in 0usize..(1 << 20)) {
+        let mut blob = valid_blob().bytes.clone();
+        let bit = bit % (blob.len() * 8);
+        blob[bit / 8] ^= 1 << (bit % 8);
+        prop_assert!(dec(&blob, &DecodeLimits::default()).is_err());
+    }
+
+    /// Headers forged by someone holding no key: any field, any length, any signature.
+    #[test]
+    fn forged_headers_are_refused_before_decompression(
+        major in prop_oneof![Just(SCHEMA_MAJOR), any::<u16>()],
+        minor in any::<u16>(),
+        payload_len in prop_oneof![Just(u64::MAX), 0u64..(1 << 40)],
+        key_id in prop_oneof![Just(signer().key_id().0), any::<[u8; 8]>()],
+        signature in prop::collection::vec(any::<u8>(), 64),
+        frame_len in 0usize..256,
+    ) {
+        let valid = valid_blob();
+        let mut blob = valid.bytes[..4].to_vec();
+        blob.extend_from_slice(&major.to_le_bytes());
+        blob.extend_from_slice(&minor.to_le_bytes());
+        blob.extend_from_slice(&[0; 4]);
+        blob.extend_from_slice(&payload_len.to_le_bytes());
+        blob.extend_from_slice(&valid.header.hash);
+        blob.extend_from_slice(&key_id);
+        blob.extend_from_slice(&signature);
+        let frame = &valid.bytes[HEADER_LEN..];
+        blob.extend_from_slice(&frame[..frame_len.min(frame.len())]);
+        let err = dec(&blob, &DecodeLimits::default()).unwrap_err();
+        prop_assert!(
+            matches!(err.reason(), "unknown_key" | "bad_signature" | "unsupported_version" | "unsigned" | "truncated"),
+            "{}", err
+        );
+    }
+
+    /// Headers signed with the real key but lying about the payload (length, hash) or
+    /// around a frame that is not the payload's: refused, never a panic, never more
+    /// memory than the declared length.
+    #[test]
+    fn signed_lies_are_refused(
+        payload_len in prop_oneof![0u64..(1 << 16), Just(u64::MAX), (1u64 << 30)..(1 << 40)],
+        frame in prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..256).boxed(),
+            Just(valid_blob().bytes[HEADER_LEN..].to_vec()).boxed(),
+        ],
+        hash in any::<[u8; 32]>(),
+    ) {
+        let blob = seal_frame(frame, payload_len, hash, &signer());
+        prop_assert!(dec(&blob.bytes, &DecodeLimits::default()).is_err());
+    }
+}
+
+/// One small valid blob, encoded once.
+fn valid_blob() -> &'static Encoded {
+    static BLOB: std::sync::OnceLock<Encoded> = std::sync::OnceLock::new();
+    BLOB.get_or_init(|| encode(&synthetic(5), &signer()))
 }

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Service as KubeService;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
+use super::notices::{destination_rule_notices, service_entry_notices, virtual_service_notices};
+use super::references::{KnownHosts, SubsetIndex, virtual_service_references};
 use super::validate::{
-    KnownHosts, SubsetIndex, ValidationContext, validate_destination_rule, validate_service_entry,
-    validate_virtual_service,
+    validate_destination_rule, validate_service_entry, validate_virtual_service,
 };
 use super::{
     Config, ConfigMeta, DestinationRuleConfig, MeshData, PushContext, VirtualServiceConfig,
@@ -38,6 +39,9 @@ pub struct BuildInputs {
     pub virtual_services: Vec<Arc<VirtualService>>,
     pub destination_rules: Vec<Arc<DestinationRule>>,
     pub service_entries: Vec<Arc<ServiceEntry>>,
+    /// Findings made while reading the inputs (fields of Istio objects that Pilotfish does
+    /// not know), reported with the build's own.
+    pub input_warnings: Vec<ConfigError>,
 }
 
 /// What a build produces.
@@ -68,7 +72,7 @@ fn meta_of(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Co
 /// Builds a snapshot. `previous` is the last snapshot built from these sources (its
 /// accepted configs stand in for objects that became invalid).
 pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutput {
-    let mut findings = Vec::new();
+    let mut findings = inputs.input_warnings.clone();
     let mut kept_previous = Vec::new();
     let domain = inputs.cluster_domain.as_str();
 
@@ -92,11 +96,6 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
     let mut endpoints = kube_endpoints(&services, &inputs.endpoint_slices, &pod_index);
 
     // ServiceEntries → services and endpoints.
-    let ctx_no_refs = ValidationContext {
-        cluster_domain: domain,
-        subsets: &SubsetIndex::default(),
-        known_hosts: None,
-    };
     let mut entries: Vec<&Arc<ServiceEntry>> = inputs.service_entries.iter().collect();
     entries.sort_by_key(|se| {
         (
@@ -108,16 +107,19 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
     for se in entries {
         let meta = meta_of(&se.metadata);
         let key = ConfigKey::new(ConfigKind::ServiceEntry, &meta.namespace, &meta.name);
-        let validated = validate_service_entry(se, &ctx_no_refs);
+        let validated = validate_service_entry(se, domain);
         findings.extend(validated.findings);
         let (mut svcs, mut eps) = match validated.spec {
-            Some(spec) => super::service_entry::services_from_entry(
-                &meta.name,
-                &meta.namespace,
-                meta.creation_ms,
-                &spec,
-                inputs.pods.iter().map(|p| &**p),
-            ),
+            Some(spec) => {
+                findings.extend(service_entry_notices(&key, &spec));
+                super::service_entry::services_from_entry(
+                    &meta.name,
+                    &meta.namespace,
+                    meta.creation_ms,
+                    &spec,
+                    inputs.pods.iter().map(|p| &**p),
+                )
+            }
             None => match previous.map(|p| previous_entry(p, &meta)) {
                 Some((s, e)) if !s.is_empty() => {
                     kept_previous.push(key.clone());
@@ -163,10 +165,14 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
     let mut destination_rules: Vec<Arc<DestinationRuleConfig>> = Vec::new();
     for dr in &inputs.destination_rules {
         let meta = meta_of(&dr.metadata);
-        let validated = validate_destination_rule(dr, &ctx_no_refs);
+        let validated = validate_destination_rule(dr, domain);
         findings.extend(validated.findings);
         match validated.spec {
-            Some(spec) => destination_rules.push(Arc::new(Config { meta, spec })),
+            Some(spec) => {
+                let key = ConfigKey::new(ConfigKind::DestinationRule, &meta.namespace, &meta.name);
+                findings.extend(destination_rule_notices(&key, &spec));
+                destination_rules.push(Arc::new(Config { meta, spec }));
+            }
             None => {
                 if let Some(prev) = previous.and_then(|p| find(p.destination_rules(), &meta)) {
                     kept_previous.push(ConfigKey::new(
@@ -193,20 +199,26 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         );
     }
 
-    // VirtualServices: validate, then expand delegates.
-    let ctx = ValidationContext {
-        cluster_domain: domain,
-        subsets: &subsets,
-        known_hosts: Some(&known_hosts),
-    };
+    // VirtualServices: validate each alone, report what its destinations name that does
+    // not exist (served anyway: Istio answers 503 on such a route), then expand delegates.
     let mut accepted: Vec<(ConfigMeta, VirtualServiceSpec)> = Vec::new();
     let mut rejected: Vec<ConfigMeta> = Vec::new();
     for vs in &inputs.virtual_services {
         let meta = meta_of(&vs.metadata);
-        let validated = validate_virtual_service(vs, &ctx);
+        let validated = validate_virtual_service(vs, domain);
         findings.extend(validated.findings);
         match validated.spec {
-            Some(spec) => accepted.push((meta, spec)),
+            Some(spec) => {
+                let key = ConfigKey::new(ConfigKind::VirtualService, &meta.namespace, &meta.name);
+                findings.extend(virtual_service_notices(&key, &spec));
+                findings.extend(virtual_service_references(
+                    &key,
+                    &spec,
+                    &subsets,
+                    Some(&known_hosts),
+                ));
+                accepted.push((meta, spec));
+            }
             None => rejected.push(meta),
         }
     }
@@ -304,12 +316,7 @@ pub fn build_endpoints_only(inputs: &BuildInputs, previous: &PushContext) -> Pus
             se.metadata.name.as_deref() == Some(name) && namespace_of(&se.metadata) == svc.namespace
         });
         let recomputed = from_input.and_then(|se| {
-            let ctx = ValidationContext {
-                cluster_domain: &inputs.cluster_domain,
-                subsets: &SubsetIndex::default(),
-                known_hosts: None,
-            };
-            let spec = validate_service_entry(se, &ctx).spec?;
+            let spec = validate_service_entry(se, &inputs.cluster_domain).spec?;
             let (_, eps) = super::service_entry::services_from_entry(
                 name,
                 &svc.namespace,

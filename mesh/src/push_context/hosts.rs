@@ -36,63 +36,6 @@ pub fn specificity(pattern: &str) -> (bool, usize) {
     (!pattern.starts_with('*'), pattern.len())
 }
 
-/// Validates a host name as Istio does for config hosts: DNS labels of letters, digits and
-/// `-` (at most 63 characters each, 253 in all), optionally starting with a `*` label.
-/// Returns the reason on failure.
-pub fn check_host(host: &str, allow_wildcard: bool) -> Result<(), String> {
-    if host.is_empty() {
-        return Err("host must not be empty".to_string());
-    }
-    if host == "*" {
-        return if allow_wildcard {
-            Ok(())
-        } else {
-            Err("`*` is not allowed here".to_string())
-        };
-    }
-    if host.len() > 253 {
-        return Err(format!("host {host:?} is longer than 253 characters"));
-    }
-    if host.contains('*') && !host.starts_with("*.") {
-        return Err(format!(
-            "wildcard must be a whole leading label in host {host:?} (like `*.example.com`)"
-        ));
-    }
-    let mut labels = host.split('.').peekable();
-    if let Some(first) = labels.peek()
-        && first.starts_with('*')
-    {
-        if !allow_wildcard {
-            return Err(format!("wildcard host {host:?} is not allowed here"));
-        }
-        labels.next();
-    }
-    for label in labels {
-        check_dns_label(label).map_err(|r| format!("host {host:?}: {r}"))?;
-    }
-    Ok(())
-}
-
-fn check_dns_label(label: &str) -> Result<(), String> {
-    if label.is_empty() {
-        return Err("empty DNS label".to_string());
-    }
-    if label.len() > 63 {
-        return Err(format!("DNS label {label:?} is longer than 63 characters"));
-    }
-    if !label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-        return Err(format!(
-            "DNS label {label:?} may only hold letters, digits and '-'"
-        ));
-    }
-    if label.starts_with('-') || label.ends_with('-') {
-        return Err(format!(
-            "DNS label {label:?} must not start or end with '-'"
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,29 +83,5 @@ mod tests {
         assert!(host_matches("a.example.com", "a.example.com"));
         assert!(specificity("a.example.com") > specificity("*.example.com"));
         assert!(specificity("*.a.example.com") > specificity("*.example.com"));
-    }
-
-    #[test]
-    fn host_validation() {
-        assert!(check_host("reviews.default.svc.cluster.local", false).is_ok());
-        assert!(check_host("*.example.com", true).is_ok());
-        assert!(check_host("*.example.com", false).is_err());
-        assert!(
-            check_host("a*.example.com", true)
-                .unwrap_err()
-                .contains("whole leading label")
-        );
-        assert!(
-            check_host("bad_host", false)
-                .unwrap_err()
-                .contains("letters, digits")
-        );
-        assert!(check_host("", false).is_err());
-        assert!(
-            check_host("a..b", false)
-                .unwrap_err()
-                .contains("empty DNS label")
-        );
-        assert!(check_host("-a.b", false).is_err());
     }
 }

@@ -12,6 +12,8 @@ mod build;
 mod delegate;
 mod diff;
 pub mod hosts;
+pub mod notices;
+mod references;
 mod service_entry;
 mod validate;
 

@@ -138,22 +138,38 @@ fn invalid_objects_are_left_out_with_field_errors() {
 #[test]
 fn an_invalid_edit_keeps_the_last_accepted_version() {
     let good = build(&inputs(&format!("{REVIEWS}{ROUTING}")), None);
-    let bad = ROUTING.replace("subset: v2}", "subset: v9}");
+    let bad = ROUTING.replace("weight: 20", "weight: -20");
     let out = build(&inputs(&format!("{REVIEWS}{bad}")), Some(&good.context));
     assert_eq!(out.kept_previous.len(), 1);
     let vs = &out.context.virtual_services()[0];
-    assert_eq!(
-        vs.spec.http[0].route[1].destination.subset.as_deref(),
-        Some("v2")
-    );
+    assert_eq!(vs.spec.http[0].route[1].weight, Some(20));
     let err = out.errors().next().unwrap();
-    assert!(
-        err.message.contains("subset \"v9\" is not defined"),
-        "{err}"
-    );
+    assert!(err.message.contains("must not be negative"), "{err}");
     // Deleting the object removes it for good.
     let gone = build(&inputs(REVIEWS), Some(&out.context));
     assert!(gone.context.virtual_services().is_empty());
+}
+
+/// Istio judges a VirtualService alone: a subset that no DestinationRule defines does not
+/// reject it. It is served as written (the route to the missing subset answers 503) and
+/// the reference is reported as a warning naming the destination.
+#[test]
+fn an_undefined_subset_keeps_the_virtual_service_and_warns_on_the_route() {
+    let edited = ROUTING.replace("subset: v2}", "subset: v9}");
+    let out = build(&inputs(&format!("{REVIEWS}{edited}")), None);
+    assert!(out.errors().next().is_none(), "{:?}", out.findings);
+    assert!(out.kept_previous.is_empty());
+    let vs = &out.context.virtual_services()[0];
+    assert_eq!(
+        vs.spec.http[0].route[1].destination.subset.as_deref(),
+        Some("v9")
+    );
+    let warning = out
+        .findings
+        .iter()
+        .find(|f| f.path == "spec.http[0].route[1].destination.subset")
+        .expect("a warning on the destination");
+    assert!(warning.message.contains("503"), "{warning}");
 }
 
 #[test]

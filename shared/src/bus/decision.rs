@@ -1,8 +1,13 @@
 //! Pure decision logic of the bus, kept free of I/O so every rule is a unit test:
-//! - [`FollowState::decide`]: what a follower does with an observed `latest` (fetch,
-//!   keep, treat a regression as a reset).
+//! - [`FollowState::decide`]: what a follower does with an observed `latest` (fetch or
+//!   keep). Snapshots are ordered by `(epoch, version)`: a follower moves only forward in
+//!   that order, whatever happened to the store — a Redis that restarted empty does not
+//!   make a lower epoch acceptable, so a deposed writer's mesh is never served again.
 //! - [`check_advance`]: the fencing rule (the Redis Lua script implements the same rule).
-//! - [`needs_republish`]: when a publisher must re-seed and republish (store lost data).
+//! - [`needs_republish`]: when a publisher must write its snapshot again (the store lost
+//!   it, or holds something a lower epoch wrote).
+
+use std::cmp::Ordering;
 
 use super::SnapshotRef;
 
@@ -11,11 +16,10 @@ use super::SnapshotRef;
 pub enum Observation<'a> {
     /// `latest` does not exist (store empty: restarted without data, or nothing published).
     Missing,
+    /// `latest` exists but cannot be read (a field missing or not a number).
+    Malformed,
     Present {
         latest: &'a SnapshotRef,
-        /// Identity of the store instance (Redis `run_id`), when known. A change means
-        /// the store restarted or failed over.
-        server: Option<&'a str>,
     },
 }
 
@@ -26,32 +30,33 @@ pub enum KeepReason {
     UpToDate,
     /// `latest` is a blob we already rejected; wait for the next version.
     AlreadyRejected,
-    /// `latest` is older than what we serve and nothing indicates a reset (same store,
-    /// `latest` never seen missing): ignore it.
+    /// `latest` is not after what we serve in `(epoch, version)` order: an older epoch
+    /// (a deposed writer, even into a store that was reset), an older version of our
+    /// epoch, or another blob under the version we serve. Refused.
     Stale,
     /// `latest` is missing: keep serving until a publisher writes again.
     LatestMissing,
+    /// `latest` cannot be read: keep serving; a publisher overwrites it.
+    LatestMalformed,
 }
 
 /// What a follower does next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decision {
     Keep(KeepReason),
-    /// Fetch and decode the blob of `latest`. `reset` is true when it is older than (or
-    /// as old as) what we serve but the store was reset, so the new sequence is accepted.
-    Fetch {
-        reset: bool,
-    },
+    /// Fetch and decode the blob of `latest`.
+    Fetch,
+}
+
+/// The order in which snapshots may follow one another: by epoch, then by version.
+pub fn snapshot_order(a: &SnapshotRef, b: &SnapshotRef) -> Ordering {
+    (a.epoch, a.version).cmp(&(b.epoch, b.version))
 }
 
 /// A follower's memory of what it serves, enough to tell progress from regression.
 #[derive(Clone, Debug, Default)]
 pub struct FollowState {
     held: Option<SnapshotRef>,
-    /// Store instance the held snapshot was read from.
-    held_server: Option<String>,
-    /// `latest` was observed missing since the held snapshot was accepted.
-    missing_seen: bool,
     /// The last blob rejected, so it is not fetched again and again.
     rejected: Option<SnapshotRef>,
 }
@@ -61,51 +66,41 @@ impl FollowState {
         self.held.as_ref()
     }
 
-    /// The rule. A version regression is a reset (accepted) when the store instance
-    /// changed or `latest` was seen missing in between; otherwise it is stale and ignored.
+    /// The rule: fetch only what comes after the held snapshot in `(epoch, version)`
+    /// order, and never a blob already rejected.
     pub fn decide(&self, observation: Observation<'_>) -> Decision {
-        let (latest, server) = match observation {
+        let latest = match observation {
             Observation::Missing => return Decision::Keep(KeepReason::LatestMissing),
-            Observation::Present { latest, server } => (latest, server),
+            Observation::Malformed => return Decision::Keep(KeepReason::LatestMalformed),
+            Observation::Present { latest } => latest,
         };
-        if self
-            .rejected
-            .as_ref()
-            .is_some_and(|r| r.version == latest.version && r.hash == latest.hash)
-        {
+        if self.rejected.as_ref() == Some(latest) {
             return Decision::Keep(KeepReason::AlreadyRejected);
         }
         let Some(held) = &self.held else {
-            return Decision::Fetch { reset: false };
+            return Decision::Fetch;
         };
-        if held.version == latest.version && held.hash == latest.hash {
+        if held.version == latest.version && held.hash == latest.hash && held.epoch == latest.epoch
+        {
             return Decision::Keep(KeepReason::UpToDate);
         }
-        if latest.version > held.version {
-            return Decision::Fetch { reset: false };
-        }
-        let server_changed =
-            matches!((self.held_server.as_deref(), server), (Some(a), Some(b)) if a != b);
-        if server_changed || self.missing_seen {
-            Decision::Fetch { reset: true }
-        } else {
-            Decision::Keep(KeepReason::Stale)
+        match snapshot_order(latest, held) {
+            Ordering::Greater => Decision::Fetch,
+            Ordering::Equal | Ordering::Less => Decision::Keep(KeepReason::Stale),
         }
     }
 
-    /// Records that `latest` was missing (the store lost its data): the next sequence,
-    /// whatever its numbers, is accepted.
-    pub fn record_missing(&mut self) {
-        if self.held.is_some() {
-            self.missing_seen = true;
-        }
+    /// Whether `candidate` may be served now (a fallback found by the follower: nothing
+    /// is held, or it comes after what is).
+    pub fn may_serve(&self, candidate: &SnapshotRef) -> bool {
+        self.held
+            .as_ref()
+            .is_none_or(|held| snapshot_order(candidate, held) == Ordering::Greater)
     }
 
-    /// Records that `reference`, read from store instance `server`, is now served.
-    pub fn accept(&mut self, reference: SnapshotRef, server: Option<String>) {
+    /// Records that `reference` is now served.
+    pub fn accept(&mut self, reference: SnapshotRef) {
         self.held = Some(reference);
-        self.held_server = server;
-        self.missing_seen = false;
         self.rejected = None;
     }
 
@@ -133,13 +128,32 @@ pub fn check_advance(
     }
 }
 
-/// Did the store lose what this publisher last published? True when `latest` is missing
-/// or older than it (Redis restarted empty, or failed over to a replica that lagged).
-pub fn needs_republish(latest: Option<&SnapshotRef>, last_published: Option<&SnapshotRef>) -> bool {
-    match (latest, last_published) {
-        (_, None) => false,
-        (None, Some(_)) => true,
-        (Some(l), Some(p)) => l.version < p.version,
+/// Must a publisher write its last snapshot again? True when `latest` is missing or
+/// unreadable, was written under a lower epoch (a deposed writer, typically into a Redis
+/// that restarted empty), is an older version of our own epoch (failover to a lagging
+/// replica), or carries our version with other content. False when `latest` has a higher
+/// epoch: a newer leader owns it, and this publisher is deposed.
+pub fn needs_republish(
+    latest: Option<&SnapshotRef>,
+    last_published: Option<&SnapshotRef>,
+    latest_malformed: bool,
+) -> bool {
+    let Some(mine) = last_published else {
+        return false;
+    };
+    if latest_malformed {
+        return true;
+    }
+    let Some(latest) = latest else {
+        return true;
+    };
+    match latest.epoch.cmp(&mine.epoch) {
+        Ordering::Less => true,
+        Ordering::Greater => false,
+        Ordering::Equal => {
+            latest.version < mine.version
+                || (latest.version == mine.version && latest.hash != mine.hash)
+        }
     }
 }
 
@@ -156,137 +170,116 @@ mod tests {
         }
     }
 
-    fn present<'a>(latest: &'a SnapshotRef, server: &'a str) -> Observation<'a> {
-        Observation::Present {
-            latest,
-            server: Some(server),
-        }
+    fn present(latest: &SnapshotRef) -> Observation<'_> {
+        Observation::Present { latest }
     }
 
-    fn holding(r: SnapshotRef, server: &str) -> FollowState {
+    fn holding(r: SnapshotRef) -> FollowState {
         let mut s = FollowState::default();
-        s.accept(r, Some(server.to_owned()));
+        s.accept(r);
         s
     }
 
     #[test]
     fn empty_follower_fetches_whatever_is_latest() {
         let l = mk_ref(3, "aa", 1);
-        assert_eq!(
-            FollowState::default().decide(present(&l, "r1")),
-            Decision::Fetch { reset: false }
-        );
+        assert_eq!(FollowState::default().decide(present(&l)), Decision::Fetch);
     }
 
     #[test]
-    fn missing_latest_keeps_what_is_served() {
-        let s = holding(mk_ref(3, "aa", 1), "r1");
+    fn missing_or_malformed_latest_keeps_what_is_served() {
+        let s = holding(mk_ref(3, "aa", 1));
         assert_eq!(
             s.decide(Observation::Missing),
             Decision::Keep(KeepReason::LatestMissing)
         );
+        assert_eq!(
+            s.decide(Observation::Malformed),
+            Decision::Keep(KeepReason::LatestMalformed)
+        );
     }
 
     #[test]
-    fn same_version_and_hash_is_up_to_date() {
-        let s = holding(mk_ref(3, "aa", 1), "r1");
-        let l = mk_ref(3, "aa", 1);
+    fn same_reference_is_up_to_date() {
+        let s = holding(mk_ref(3, "aa", 1));
         assert_eq!(
-            s.decide(present(&l, "r1")),
+            s.decide(present(&mk_ref(3, "aa", 1))),
             Decision::Keep(KeepReason::UpToDate)
         );
-        // Even across a store change: same content, nothing to do.
+    }
+
+    #[test]
+    fn a_newer_version_or_a_newer_epoch_is_fetched() {
+        let s = holding(mk_ref(3, "aa", 1));
+        assert_eq!(s.decide(present(&mk_ref(4, "bb", 1))), Decision::Fetch);
+        // A new leader after Redis restarted empty: a lower version, a higher epoch.
+        assert_eq!(s.decide(present(&mk_ref(1, "bb", 2))), Decision::Fetch);
+    }
+
+    #[test]
+    fn a_lower_epoch_is_refused_whatever_happened_to_the_store() {
+        let s = holding(mk_ref(5, "new-leader", 8));
+        // The deposed writer republished into a Redis that restarted empty: any version.
+        for version in [1, 5, 6, 500] {
+            assert_eq!(
+                s.decide(present(&mk_ref(version, "deposed", 7))),
+                Decision::Keep(KeepReason::Stale),
+                "v{version}"
+            );
+        }
+        // Missing in between changes nothing.
+        let mut s = s;
         assert_eq!(
-            s.decide(present(&l, "r2")),
-            Decision::Keep(KeepReason::UpToDate)
+            s.decide(Observation::Missing),
+            Decision::Keep(KeepReason::LatestMissing)
         );
-    }
-
-    #[test]
-    fn newer_version_is_fetched() {
-        let s = holding(mk_ref(3, "aa", 1), "r1");
-        let l = mk_ref(4, "bb", 1);
+        s.reject(mk_ref(9, "x", 8));
         assert_eq!(
-            s.decide(present(&l, "r1")),
-            Decision::Fetch { reset: false }
-        );
-    }
-
-    #[test]
-    fn regression_on_the_same_store_is_stale() {
-        let s = holding(mk_ref(5, "aa", 1), "r1");
-        let l = mk_ref(2, "bb", 1);
-        assert_eq!(
-            s.decide(present(&l, "r1")),
-            Decision::Keep(KeepReason::Stale)
-        );
-        let same_version_other_hash = mk_ref(5, "cc", 1);
-        assert_eq!(
-            s.decide(present(&same_version_other_hash, "r1")),
-            Decision::Keep(KeepReason::Stale)
-        );
-    }
-
-    #[test]
-    fn regression_after_a_store_change_is_a_reset() {
-        let s = holding(mk_ref(5, "aa", 1), "r1");
-        let l = mk_ref(1, "bb", 1);
-        assert_eq!(s.decide(present(&l, "r2")), Decision::Fetch { reset: true });
-    }
-
-    #[test]
-    fn regression_after_latest_was_missing_is_a_reset() {
-        let mut s = holding(mk_ref(5, "aa", 1), "r1");
-        s.record_missing();
-        let l = mk_ref(1, "bb", 1);
-        assert_eq!(s.decide(present(&l, "r1")), Decision::Fetch { reset: true });
-        // Without a known server identity the missing `latest` alone is enough.
-        let unknown = Observation::Present {
-            latest: &l,
-            server: None,
-        };
-        assert_eq!(s.decide(unknown), Decision::Fetch { reset: true });
-    }
-
-    #[test]
-    fn unknown_server_identity_does_not_count_as_a_change() {
-        let mut s = FollowState::default();
-        s.accept(mk_ref(5, "aa", 1), None);
-        let l = mk_ref(1, "bb", 1);
-        assert_eq!(
-            s.decide(present(&l, "r2")),
+            s.decide(present(&mk_ref(1, "deposed", 7))),
             Decision::Keep(KeepReason::Stale)
         );
     }
 
     #[test]
-    fn accepting_clears_the_reset_marker() {
-        let mut s = holding(mk_ref(5, "aa", 1), "r1");
-        s.record_missing();
-        s.accept(mk_ref(1, "bb", 1), Some("r1".into()));
-        // A later regression on the same store is stale again.
-        let older = mk_ref(0, "cc", 1);
+    fn an_older_version_or_another_blob_under_our_version_is_stale() {
+        let s = holding(mk_ref(5, "aa", 1));
         assert_eq!(
-            s.decide(present(&older, "r1")),
+            s.decide(present(&mk_ref(2, "bb", 1))),
+            Decision::Keep(KeepReason::Stale)
+        );
+        assert_eq!(
+            s.decide(present(&mk_ref(5, "cc", 1))),
             Decision::Keep(KeepReason::Stale)
         );
     }
 
     #[test]
     fn rejected_blob_is_not_fetched_again_but_the_next_one_is() {
-        let mut s = holding(mk_ref(5, "aa", 1), "r1");
+        let mut s = holding(mk_ref(5, "aa", 1));
         let bad = mk_ref(6, "bad", 1);
         s.reject(bad.clone());
         assert_eq!(
-            s.decide(present(&bad, "r1")),
+            s.decide(present(&bad)),
             Decision::Keep(KeepReason::AlreadyRejected)
         );
-        let next = mk_ref(7, "good", 1);
-        assert_eq!(
-            s.decide(present(&next, "r1")),
-            Decision::Fetch { reset: false }
-        );
+        assert_eq!(s.decide(present(&mk_ref(7, "good", 1))), Decision::Fetch);
         assert_eq!(s.held().map(|h| h.version), Some(5));
+        // An empty follower does not fetch a rejected blob again either.
+        let mut empty = FollowState::default();
+        empty.reject(bad.clone());
+        assert_eq!(
+            empty.decide(present(&bad)),
+            Decision::Keep(KeepReason::AlreadyRejected)
+        );
+    }
+
+    #[test]
+    fn a_fallback_is_served_only_when_it_moves_forward() {
+        assert!(FollowState::default().may_serve(&mk_ref(3, "a", 1)));
+        let s = holding(mk_ref(5, "aa", 2));
+        assert!(!s.may_serve(&mk_ref(4, "old", 2)));
+        assert!(!s.may_serve(&mk_ref(9, "deposed", 1)));
+        assert!(s.may_serve(&mk_ref(6, "next", 2)));
     }
 
     #[test]
@@ -312,18 +305,34 @@ mod tests {
     }
 
     #[test]
-    fn republish_when_the_store_lost_what_we_published() {
+    fn republish_when_the_store_lost_or_overwrote_what_we_published() {
         let mine = mk_ref(10, "aa", 3);
-        assert!(!needs_republish(None, None), "nothing published yet");
-        assert!(needs_republish(None, Some(&mine)), "latest missing");
+        assert!(!needs_republish(None, None, false), "nothing published yet");
+        assert!(needs_republish(None, Some(&mine), false), "latest missing");
         assert!(
-            needs_republish(Some(&mk_ref(7, "x", 3)), Some(&mine)),
+            needs_republish(None, Some(&mine), true),
+            "latest unreadable"
+        );
+        assert!(
+            needs_republish(Some(&mk_ref(7, "x", 3)), Some(&mine), false),
             "lagging replica"
         );
-        assert!(!needs_republish(Some(&mine), Some(&mine)));
         assert!(
-            !needs_republish(Some(&mk_ref(12, "y", 4)), Some(&mine)),
-            "someone newer"
+            needs_republish(Some(&mk_ref(40, "deposed", 2)), Some(&mine), false),
+            "a lower epoch wrote into a reset store, even with a higher version"
+        );
+        assert!(
+            needs_republish(Some(&mk_ref(10, "other", 3)), Some(&mine), false),
+            "our version, other content"
+        );
+        assert!(!needs_republish(Some(&mine), Some(&mine), false));
+        assert!(
+            !needs_republish(Some(&mk_ref(12, "y", 3)), Some(&mine), false),
+            "a newer version of our epoch (we published it since)"
+        );
+        assert!(
+            !needs_republish(Some(&mk_ref(2, "y", 4)), Some(&mine), false),
+            "someone newer: we are deposed"
         );
     }
 }

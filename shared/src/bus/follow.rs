@@ -1,10 +1,11 @@
 //! The part of a follow loop both implementations share: given an observed `latest` and,
-//! when asked for, its blob, decide, decode, publish the good value to the `watch`
-//! channel, and keep status and metrics. The loops (memory, Redis) only do I/O around it.
-//! Owns the follower's mutable state; nothing else writes the channels.
+//! when asked for, its blob, decide, decode, check the blob is the one `latest` names,
+//! publish the good value to the `watch` channel, and keep status and metrics. The loops
+//! (memory, Redis) only do I/O around it. Owns the follower's mutable state; nothing else
+//! writes the channels.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::sync::watch;
@@ -22,10 +23,24 @@ pub(crate) struct FollowCore<T> {
     source: &'static str,
 }
 
+/// How an offered blob fared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Offered {
+    Accepted,
+    Rejected,
+}
+
 impl<T: Send + Sync + 'static> FollowCore<T> {
-    pub(crate) fn new(source: &'static str, decode: DecodeFn<T>) -> (Self, Follower<T>) {
+    pub(crate) fn new(
+        source: &'static str,
+        decode: DecodeFn<T>,
+        stale_after: Option<Duration>,
+    ) -> (Self, Follower<T>) {
         let (snapshots, snapshots_rx) = watch::channel(None);
-        let (status, status_rx) = watch::channel(FollowerStatus::default());
+        let (status, status_rx) = watch::channel(FollowerStatus {
+            stale_after,
+            ..FollowerStatus::default()
+        });
         let core = FollowCore {
             decode,
             state: FollowState::default(),
@@ -36,35 +51,51 @@ impl<T: Send + Sync + 'static> FollowCore<T> {
         (core, Follower::new(snapshots_rx, status_rx))
     }
 
-    /// Applies the decision rule to what was read, recording a missing `latest`.
+    /// Whether nothing is served yet (the follower then looks for a fallback when
+    /// `latest` is unusable).
+    pub(crate) fn holds_nothing(&self) -> bool {
+        self.state.held().is_none()
+    }
+
+    pub(crate) fn state(&self) -> &FollowState {
+        &self.state
+    }
+
+    /// Applies the decision rule to what was read.
     pub(crate) fn observe(&mut self, observation: Observation<'_>) -> Decision {
-        if matches!(observation, Observation::Missing) {
-            if self.state.held().is_some() {
-                tracing::info!(
+        let decision = self.state.decide(observation);
+        match (decision, observation) {
+            (Decision::Keep(KeepReason::LatestMissing), _) if self.state.held().is_some() => {
+                tracing::debug!(
                     source = self.source,
-                    "latest snapshot reference is missing: store reset? keeping the current snapshot"
+                    "latest snapshot reference is missing (store reset?); keeping the current snapshot"
                 );
             }
-            self.state.record_missing();
-        }
-        let decision = self.state.decide(observation);
-        if let (Decision::Keep(KeepReason::Stale), Observation::Present { latest, .. }) =
-            (decision, observation)
-        {
-            tracing::debug!(source = self.source, %latest, "ignoring an older latest from the same store (no reset seen)");
+            (Decision::Keep(KeepReason::Stale), Observation::Present { latest }) => {
+                let serving = self.serving();
+                tracing::debug!(source = self.source, %latest, %serving, "ignoring a latest that does not come after the served snapshot (older epoch or version)");
+            }
+            _ => {}
         }
         decision
     }
 
-    /// Decodes `bytes` (off the async workers: decoding a large blob is CPU work) and, if
-    /// good, serves it. Returns whether it was accepted.
+    fn serving(&self) -> String {
+        self.state
+            .held()
+            .map(|h| h.to_string())
+            .unwrap_or_else(|| "nothing".into())
+    }
+
+    /// Decodes `bytes` (off the async workers: decoding a large blob is CPU work), checks
+    /// that it is the blob `reference` names (same content hash), and if so serves it.
+    /// `fallback`: an older retained blob served because `latest`'s was unusable.
     pub(crate) async fn offer(
         &mut self,
         reference: SnapshotRef,
-        server: Option<String>,
         bytes: Bytes,
-        reset: bool,
-    ) -> bool {
+        fallback: bool,
+    ) -> Offered {
         let size = bytes.len();
         let decode = self.decode.clone();
         let decoded = match tokio::task::spawn_blocking(move || decode(&bytes)).await {
@@ -74,8 +105,22 @@ impl<T: Send + Sync + 'static> FollowCore<T> {
                 detail: e.to_string(),
             }),
         };
-        match decoded {
-            Ok(value) => {
+        let verified = decoded.and_then(|v| {
+            if v.hash == reference.hash {
+                Ok(v)
+            } else {
+                Err(Rejection {
+                    reason: "hash_mismatch",
+                    detail: format!(
+                        "the blob's content hash {} is not the {} `latest` names",
+                        short(&v.hash),
+                        short(&reference.hash)
+                    ),
+                })
+            }
+        });
+        match verified {
+            Ok(verified) => {
                 let lag_ms = now_ms().saturating_sub(reference.published_at_ms);
                 metrics::FOLLOW_LATENCY.observe(lag_ms as f64 / 1000.0);
                 metrics::SNAPSHOT_VERSION
@@ -84,24 +129,33 @@ impl<T: Send + Sync + 'static> FollowCore<T> {
                 metrics::BLOB_BYTES
                     .with_label_values(&["follower"])
                     .set(i64::try_from(size).unwrap_or(i64::MAX));
-                if reset {
-                    let previous = self.state.held().map(|h| h.to_string()).unwrap_or_default();
-                    tracing::warn!(source = self.source, %reference, %previous, "store was reset: accepting the new snapshot sequence");
+                if fallback {
+                    tracing::warn!(source = self.source, %reference, bytes = size, "serving the newest good retained snapshot: the one `latest` names is unusable");
                 } else {
                     tracing::info!(source = self.source, %reference, bytes = size, lag_ms, "following new snapshot");
                 }
-                self.state.accept(reference.clone(), server);
+                self.state.accept(reference.clone());
                 self.status.send_modify(|s| {
                     s.current = Some(reference.clone());
                     s.last_error = None;
                 });
-                self.snapshots
-                    .send_replace(Some(Arc::new(Followed { reference, value })));
-                true
+                self.snapshots.send_replace(Some(Arc::new(Followed {
+                    reference,
+                    value: verified.value,
+                })));
+                Offered::Accepted
+            }
+            Err(rejection) if fallback => {
+                // Not marked rejected: `latest` stays the reference the state tracks.
+                metrics::REJECTED
+                    .with_label_values(&[rejection.reason])
+                    .inc();
+                tracing::warn!(source = self.source, %reference, reason = rejection.reason, detail = %rejection.detail, "retained snapshot unusable too");
+                Offered::Rejected
             }
             Err(rejection) => {
                 self.reject(reference, rejection);
-                false
+                Offered::Rejected
             }
         }
     }
@@ -112,11 +166,7 @@ impl<T: Send + Sync + 'static> FollowCore<T> {
         metrics::REJECTED
             .with_label_values(&[rejection.reason])
             .inc();
-        let serving = self
-            .state
-            .held()
-            .map(|h| h.to_string())
-            .unwrap_or_else(|| "nothing".into());
+        let serving = self.serving();
         tracing::error!(
             source = self.source,
             %reference,
@@ -149,4 +199,8 @@ impl<T: Send + Sync + 'static> FollowCore<T> {
             s.last_error = Some(text);
         });
     }
+}
+
+fn short(hash: &str) -> &str {
+    hash.get(..12).unwrap_or(hash)
 }

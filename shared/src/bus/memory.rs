@@ -16,8 +16,8 @@ use tokio::sync::watch;
 use super::decision::{Decision, Observation, check_advance};
 use super::follow::FollowCore;
 use super::{
-    BusError, BusTask, DecodeError, EncodedSnapshot, Follower, PublishOutcome, SnapshotPublisher,
-    SnapshotRef, erase_decode, metrics, now_ms,
+    BusError, BusTask, DecodeError, EncodedSnapshot, EpochGrant, Follower, PublishOutcome,
+    SnapshotPublisher, SnapshotRef, Verified, erase_decode, metrics, now_ms,
 };
 
 /// The in-process store; cheap to clone (all clones share it).
@@ -84,9 +84,9 @@ impl MemoryBus {
     where
         T: Send + Sync + 'static,
         E: DecodeError,
-        D: Fn(&[u8]) -> Result<T, E> + Send + Sync + 'static,
+        D: Fn(&[u8]) -> Result<Verified<T>, E> + Send + Sync + 'static,
     {
-        let (mut core, follower) = FollowCore::new("memory", erase_decode(decode));
+        let (mut core, follower) = FollowCore::new("memory", erase_decode(decode), None);
         let mut latest = self.inner.latest.subscribe();
         let task = BusTask::spawn("memory-follower", async move {
             loop {
@@ -96,11 +96,10 @@ impl MemoryBus {
                     None => Observation::Missing,
                     Some(s) => Observation::Present {
                         latest: &s.reference,
-                        server: None,
                     },
                 };
-                if let (Decision::Fetch { reset }, Some(s)) = (core.observe(observation), &stored) {
-                    core.offer(s.reference.clone(), None, s.bytes.clone(), reset)
+                if let (Decision::Fetch, Some(s)) = (core.observe(observation), &stored) {
+                    core.offer(s.reference.clone(), s.bytes.clone(), false)
                         .await;
                 }
                 // The sender lives in `Inner`, which the bus and this task's receiver keep
@@ -174,17 +173,31 @@ impl MemoryPublisher {
 }
 
 impl SnapshotPublisher for MemoryPublisher {
-    fn take_epoch(&self) -> BoxFuture<'_, Result<u64, BusError>> {
+    /// The same rule as the Redis script: the floor is taken unless a higher epoch was.
+    fn take_epoch(&self, floor: u64) -> BoxFuture<'_, Result<EpochGrant, BusError>> {
         let bus = MemoryBus {
             inner: self.inner.clone(),
         };
-        let epoch = {
+        let grant = {
             let mut counters = bus.counters();
-            counters.epoch += 1;
-            counters.epoch
+            let stored = self
+                .inner
+                .latest
+                .borrow()
+                .as_ref()
+                .map_or(0, |s| s.reference.epoch);
+            let newer = counters.epoch.max(stored);
+            if newer > floor {
+                EpochGrant::Superseded { newer }
+            } else {
+                counters.epoch = floor;
+                EpochGrant::Taken(floor)
+            }
         };
-        *lock(&self.epoch) = Some(epoch);
-        futures::future::ready(Ok(epoch)).boxed()
+        if let EpochGrant::Taken(epoch) = grant {
+            *lock(&self.epoch) = Some(epoch);
+        }
+        futures::future::ready(Ok(grant)).boxed()
     }
 
     fn fetch_latest(&self) -> BoxFuture<'_, Result<Option<(SnapshotRef, Bytes)>, BusError>> {
@@ -229,21 +242,26 @@ mod tests {
 
     const WAIT: Duration = Duration::from_secs(10);
 
-    /// Toy codec: a blob is `b"OK"` + UTF-8 payload.
-    fn decode(bytes: &[u8]) -> Result<String, Rejection> {
-        let payload = bytes.strip_prefix(b"OK").ok_or_else(|| Rejection {
+    /// Toy codec: a blob is `b"OK"` + the hash + `;` + UTF-8 payload.
+    fn decode(bytes: &[u8]) -> Result<Verified<String>, Rejection> {
+        let corrupt = |detail: &str| Rejection {
             reason: "corrupt",
-            detail: "missing magic".into(),
-        })?;
-        String::from_utf8(payload.to_vec()).map_err(|e| Rejection {
-            reason: "corrupt",
-            detail: e.to_string(),
+            detail: detail.into(),
+        };
+        let text = bytes
+            .strip_prefix(b"OK")
+            .ok_or_else(|| corrupt("missing magic"))?;
+        let text = std::str::from_utf8(text).map_err(|e| corrupt(&e.to_string()))?;
+        let (hash, payload) = text.split_once(';').ok_or_else(|| corrupt("no hash"))?;
+        Ok(Verified {
+            value: payload.to_owned(),
+            hash: hash.to_owned(),
         })
     }
 
     fn blob(payload: &str, hash: &str) -> EncodedSnapshot {
         EncodedSnapshot {
-            bytes: Bytes::from(format!("OK{payload}")),
+            bytes: Bytes::from(format!("OK{hash};{payload}")),
             hash: hash.into(),
         }
     }
@@ -256,7 +274,7 @@ mod tests {
             publisher.publish(blob("a", "h1")).await,
             Err(BusError::NoEpoch)
         ));
-        publisher.take_epoch().await.unwrap();
+        publisher.take_epoch(1).await.unwrap();
         let (follower, _task) = bus.follow(decode);
         let first = publisher.publish(blob("a", "h1")).await.unwrap();
         let PublishOutcome::Published(first) = first else {
@@ -288,8 +306,13 @@ mod tests {
         let bus = MemoryBus::new();
         let old = bus.publisher();
         let new = bus.publisher();
-        old.take_epoch().await.unwrap();
-        new.take_epoch().await.unwrap();
+        assert_eq!(old.take_epoch(1).await.unwrap(), EpochGrant::Taken(1));
+        assert_eq!(new.take_epoch(2).await.unwrap(), EpochGrant::Taken(2));
+        assert_eq!(
+            old.take_epoch(1).await.unwrap(),
+            EpochGrant::Superseded { newer: 2 },
+            "an older floor is refused"
+        );
         let published = new.publish(blob("new", "h1")).await.unwrap();
         let PublishOutcome::Published(current) = published else {
             panic!("{published:?}")
@@ -308,7 +331,7 @@ mod tests {
     async fn corrupt_blob_is_rejected_and_the_last_good_one_kept() {
         let bus = MemoryBus::new();
         let publisher = bus.publisher();
-        publisher.take_epoch().await.unwrap();
+        publisher.take_epoch(1).await.unwrap();
         let (follower, _task) = bus.follow(decode);
         publisher.publish(blob("good", "h1")).await.unwrap();
         follower
@@ -325,8 +348,25 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
+        // A good blob under the wrong hash: not what `latest` names.
+        let swapped = EncodedSnapshot {
+            bytes: blob("swapped", "h-other").bytes,
+            hash: "h3".into(),
+        };
+        publisher.publish(swapped).await.unwrap();
+        tokio::time::timeout(WAIT, status.wait_for(|s| s.rejected == 2))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            follower
+                .status()
+                .last_error
+                .unwrap()
+                .contains("hash_mismatch")
+        );
         assert_eq!(follower.current().unwrap().value, "good");
-        publisher.publish(blob("next", "h3")).await.unwrap();
+        publisher.publish(blob("next", "h4")).await.unwrap();
         follower
             .wait_for(WAIT, |f| f.value == "next")
             .await

@@ -8,7 +8,7 @@
 //! | `pilotfish_snapshot_publish_duration_seconds` | histogram | | one `publish()` call, Redis round trips included |
 //! | `pilotfish_snapshot_publishes_total` | counter | `outcome` (published/unchanged/fenced/error) | publish calls |
 //! | `pilotfish_snapshot_follow_latency_seconds` | histogram | | publisher's clock at publish → follower serves the decoded snapshot |
-//! | `pilotfish_snapshot_rejected_total` | counter | `reason` | blobs a follower refused (corrupt, unknown_schema, oversized, missing, …) |
+//! | `pilotfish_snapshot_rejected_total` | counter | `reason` | blobs a follower refused: `unsigned`, `unknown_key`, `bad_signature` (not from a key it trusts), `too_large`/`oversized`, `corrupt`, `hash_mismatch` (not the blob `latest` names), `missing`, `malformed_latest` (each read of an unparsable `latest`), … |
 //! | `pilotfish_redis_errors_total` | counter | `operation` | failed Redis operations |
 //! | `pilotfish_redis_connected` | gauge | | 1 while a follower's Redis session is up |
 //! | `pilotfish_snapshot_seconds_since_last_read` | gauge | | since a follower last read `latest` successfully (computed at scrape time) |

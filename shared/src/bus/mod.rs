@@ -2,7 +2,8 @@
 //!
 //! Public surface:
 //! - [`SnapshotPublisher`] (trait, dyn-compatible): [`take_epoch`](SnapshotPublisher::take_epoch)
-//!   on winning leadership, then [`publish`](SnapshotPublisher::publish) of an
+//!   on winning leadership, with a floor from what outlives the store (the Lease, or the
+//!   wall clock) → [`EpochGrant`]; then [`publish`](SnapshotPublisher::publish) of an
 //!   [`EncodedSnapshot`] → [`PublishOutcome`] (`Published` / `Unchanged` / `Fenced`);
 //!   [`resign`](SnapshotPublisher::resign) when leadership ends;
 //!   [`fetch_latest`](SnapshotPublisher::fetch_latest) reads back what is published.
@@ -14,10 +15,17 @@
 //!   and [`redis`] (controller → Redis → N replicas; the key layout is documented there).
 //!
 //! The bus never looks inside a blob: the codec's header carries the content hash
-//! ([`EncodedSnapshot::hash`]), and followers are given a decode function. Versions are
-//! allocated by the bus and stamped beside the blob, so identical content always has
-//! identical bytes. Both implementations go through the encoded bytes and the decode
-//! function, so standalone mode serves exactly what a replica would.
+//! ([`EncodedSnapshot::hash`]), and followers are given a decode function that returns
+//! the value and the content hash it verified, which must be the hash `latest` names.
+//! Versions are allocated by the bus and stamped beside the blob, so identical content
+//! always has identical bytes. Both implementations go through the encoded bytes and the
+//! decode function, so standalone mode serves exactly what a replica would.
+//!
+//! Epochs order writers: every acquisition of the right to publish takes an epoch above
+//! every earlier one, anchored in something the store does not hold (the Lease the API
+//! server persists, or the wall clock in `--config-dir` mode), so a store that restarted
+//! empty cannot make a deposed writer current again. Followers serve snapshots in
+//! `(epoch, version)` order only ([`FollowState`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -35,19 +43,21 @@ pub mod memory;
 pub mod metrics;
 pub mod redis;
 
+pub use codec::snapshot_decoder;
 pub use decision::{
-    Decision, FollowState, KeepReason, Observation, check_advance, needs_republish,
+    Decision, FollowState, KeepReason, Observation, check_advance, needs_republish, snapshot_order,
 };
 
 /// Identifies one published snapshot. Stored beside the blob (in Redis: the `latest` hash).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SnapshotRef {
-    /// Allocated by the bus; strictly increasing while the store keeps its data. After the
-    /// store lost its data it may restart lower (followers treat that as a reset).
+    /// Allocated by the bus; strictly increasing within an epoch, and across epochs while
+    /// the store keeps its data. A new epoch after the store lost its data may start lower.
     pub version: u64,
     /// Hex content hash from the codec header; equal hashes mean equal content.
     pub hash: String,
-    /// Leadership epoch of the publisher that wrote it (fencing).
+    /// Leadership epoch of the publisher that wrote it (fencing): snapshots are ordered by
+    /// `(epoch, version)`.
     pub epoch: u64,
     /// Publisher's wall clock at publish time, for the publish-to-follow latency metric.
     pub published_at_ms: u64,
@@ -81,6 +91,16 @@ pub enum PublishOutcome {
     Fenced { current: Option<SnapshotRef> },
 }
 
+/// What [`SnapshotPublisher::take_epoch`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EpochGrant {
+    /// The epoch is ours: every publisher with a lower one is fenced from now on.
+    Taken(u64),
+    /// The store already knows an epoch above the floor: a newer writer exists (or this
+    /// one's view of its right to publish is stale). Nothing was changed; stand down.
+    Superseded { newer: u64 },
+}
+
 /// Errors of the bus. Each variant maps to a metric label via [`BusError::label`].
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
@@ -111,8 +131,12 @@ pub enum BusError {
     MalformedLatest(String),
     #[error("blob of {0} is missing from Redis (expired or never written)")]
     BlobMissing(SnapshotRef),
-    #[error("unexpected reply from the publish script: {0}")]
+    #[error("unexpected reply from a Redis script: {0}")]
     Script(String),
+    #[error(
+        "the snapshot blob is {size} bytes, above --max-blob-bytes ({limit}); replicas would refuse it, so it is not published"
+    )]
+    BlobTooLarge { size: u64, limit: u64 },
 }
 
 impl BusError {
@@ -127,6 +151,7 @@ impl BusError {
             BusError::MalformedLatest(_) => "malformed_latest",
             BusError::BlobMissing(_) => "blob_missing",
             BusError::Script(_) => "script",
+            BusError::BlobTooLarge { .. } => "blob_too_large",
         }
     }
 }
@@ -154,11 +179,15 @@ fn redis_hint(e: &::redis::RedisError) -> &'static str {
 /// The publishing side. Dyn-compatible (boxed futures) so a binary can hold
 /// `Arc<dyn SnapshotPublisher>` and pick memory or Redis at start.
 pub trait SnapshotPublisher: Send + Sync {
-    /// Takes a new leadership epoch from the bus (strictly greater than any taken before
-    /// and than any stored with `latest`). From then on, a publisher holding an older
-    /// epoch is fenced. Call on winning the Lease, and once at start in `--config-dir`
-    /// mode (one writer per key prefix).
-    fn take_epoch(&self) -> BoxFuture<'_, Result<u64, BusError>>;
+    /// Takes `floor` as this publisher's epoch unless the store knows a higher one (then
+    /// [`EpochGrant::Superseded`], and nothing changes). `floor` must be above every
+    /// epoch any earlier acquisition used, by any process, and must not depend on the
+    /// store: the Kubernetes mode derives it from the Lease it just acquired
+    /// (`Leadership::epoch_floor`), `--config-dir` mode from the wall clock
+    /// ([`wall_clock_epoch_floor`]). Taking the same floor twice (a retry whose first reply
+    /// was lost) gives it again. From then on, a publisher holding an older epoch is
+    /// fenced.
+    fn take_epoch(&self, floor: u64) -> BoxFuture<'_, Result<EpochGrant, BusError>>;
 
     /// Publishes `snapshot` unless `latest` already carries the same content hash.
     fn publish(&self, snapshot: EncodedSnapshot)
@@ -215,12 +244,20 @@ impl DecodeError for Rejection {
     }
 }
 
+/// What a decode function returns: the value and the content hash it verified (the hex
+/// hash the codec's header carries), which the follower compares with `latest`'s.
+#[derive(Debug)]
+pub struct Verified<T> {
+    pub value: T,
+    pub hash: String,
+}
+
 /// Type-erased decode function shared by both follower implementations.
-pub(crate) type DecodeFn<T> = Arc<dyn Fn(&[u8]) -> Result<T, Rejection> + Send + Sync>;
+pub(crate) type DecodeFn<T> = Arc<dyn Fn(&[u8]) -> Result<Verified<T>, Rejection> + Send + Sync>;
 
 pub(crate) fn erase_decode<T, E, D>(decode: D) -> DecodeFn<T>
 where
-    D: Fn(&[u8]) -> Result<T, E> + Send + Sync + 'static,
+    D: Fn(&[u8]) -> Result<Verified<T>, E> + Send + Sync + 'static,
     E: DecodeError,
 {
     Arc::new(move |bytes| {
@@ -245,13 +282,25 @@ pub struct FollowerStatus {
     pub current: Option<SnapshotRef>,
     /// Blobs rejected since start.
     pub rejected: u64,
+    /// Readiness ends when `latest` has not been read for this long (`None`: never).
+    pub stale_after: Option<Duration>,
 }
 
 impl FollowerStatus {
     /// A replica is ready once it holds a snapshot, and stays ready while the store is
-    /// unreachable: it keeps serving its last good snapshot, so readiness must not flap.
+    /// unreachable — it keeps serving its last good snapshot, so a short outage must not
+    /// flap readiness — until `latest` has not been read for `stale_after`: then the
+    /// Service stops sending it *new* streams (those it has keep their configuration).
     pub fn is_ready(&self) -> bool {
-        self.current.is_some()
+        self.current.is_some() && !self.is_stale()
+    }
+
+    /// `latest` has not been read for longer than `stale_after`.
+    pub fn is_stale(&self) -> bool {
+        match (self.stale_after, self.since_last_success()) {
+            (Some(bound), Some(since)) => since > bound,
+            _ => false,
+        }
     }
 
     /// Time since `latest` was last read successfully.
@@ -272,6 +321,13 @@ impl FollowerStatus {
                 Some(d) => format!("store unreachable, last read {}s ago", d.as_secs()),
                 None => "store unreachable".to_owned(),
             }
+        };
+        let link = match (self.is_stale(), self.stale_after) {
+            (true, Some(bound)) => format!(
+                "{link}; stale (not read for over {}s): not taking new streams",
+                bound.as_secs()
+            ),
+            _ => link,
         };
         match &self.last_error {
             Some(e) => format!("{serving}; {link}; last error: {e}"),
@@ -387,10 +443,60 @@ impl Drop for BusTask {
     }
 }
 
+/// The epoch floor of a writer without a Lease (`--config-dir` mode, standalone): the
+/// wall clock in milliseconds. A restarted writer takes an epoch above its predecessor's
+/// even when the store lost its counter, as long as the clock does not go back.
+pub fn wall_clock_epoch_floor() -> u64 {
+    now_ms()
+}
+
+/// Asks whether this process still holds the right to publish (the Lease claim); the
+/// Redis watchdog asks before every republish. `--config-dir` mode has no Lease: always.
+pub type Claim = Arc<dyn Fn() -> bool + Send + Sync>;
+
 /// Milliseconds since the Unix epoch (0 if the clock is before 1970).
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_ends_when_latest_was_not_read_for_longer_than_the_bound() {
+        let now = Instant::now();
+        let Some(long_ago) = now.checked_sub(Duration::from_secs(20)) else {
+            return; // a machine up for less than 20 s cannot express the case
+        };
+        let mut status = FollowerStatus {
+            current: Some(SnapshotRef {
+                version: 1,
+                hash: "h".into(),
+                epoch: 1,
+                published_at_ms: 0,
+            }),
+            last_success: Some(long_ago),
+            stale_after: None,
+            ..FollowerStatus::default()
+        };
+        assert!(
+            status.is_ready(),
+            "no bound: ready while it holds a snapshot"
+        );
+        status.stale_after = Some(Duration::from_secs(10));
+        assert!(status.is_stale() && !status.is_ready());
+        assert!(
+            status.detail().contains("not taking new streams"),
+            "{}",
+            status.detail()
+        );
+        status.last_success = Some(now);
+        assert!(status.is_ready());
+        status.current = None;
+        assert!(!status.is_ready(), "nothing held: never ready");
+    }
 }

@@ -2,16 +2,23 @@
 //! the controller's `--config-dir` mode and the xDS server's standalone mode. Every change
 //! is debounced, the folder rescanned (each file keeps its last good content), the mesh
 //! rebuilt and published. No Lease: one writer per bus key prefix, so the loop takes a new
-//! epoch at start, which fences any earlier writer of the same prefix.
+//! epoch at start — floored by the wall clock, so it is above its predecessor's even when
+//! Redis lost its counter — which fences any earlier writer of the same prefix. Before the
+//! first build it reads back what is published ([`super::seed`]), so an object that is
+//! invalid when the loop (re)starts keeps its last good version, as in the Kubernetes
+//! mode.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use futures::StreamExt;
+
 use super::debounce::{ChangeClass, Debouncer};
+use super::seed::{Seed, SeedEvent};
 use super::{Built, Pipeline, metrics};
-use crate::bus::{BusError, PublishOutcome, SnapshotRef};
+use crate::bus::{BusError, EpochGrant, PublishOutcome, SnapshotRef, wall_clock_epoch_floor};
 use crate::retry::{Backoff, Retry, sleep_until_opt};
 use crate::source::DirSource;
 use pilotfish_mesh::push_context::BuildInputs;
@@ -38,12 +45,18 @@ pub enum FolderError {
         .current.as_ref().map(ToString::to_string).unwrap_or_else(|| "none".into())
     )]
     Fenced { current: Option<SnapshotRef> },
+    #[error(
+        "Redis holds epoch {newer}, above this writer's {floor} (taken from the wall clock): another writer of this key prefix started later, or this machine's clock is behind"
+    )]
+    Superseded { floor: u64, newer: u64 },
 }
 
 /// Told about each publish attempt, so a binary can show it on its admin pages.
 pub trait FolderObserver: Send + Sync {
     /// After taking the epoch at start.
     fn epoch_taken(&self, _epoch: u64) {}
+    /// The published snapshot could not be read back yet (retried; nothing is built).
+    fn seed_retrying(&self, _error: &str) {}
     /// After each publish attempt of `built`: `Ok` with what the bus did, or the error
     /// (the loop retries with backoff).
     fn published(&self, built: &Built, outcome: Result<&PublishOutcome, &BusError>);
@@ -66,13 +79,27 @@ pub struct FolderLoop {
 const RETRY: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
 
 impl FolderLoop {
+    /// Runs the loop. `seed` reads back what is published (`None`: nothing can be, e.g. a
+    /// fresh in-memory bus).
     pub async fn run(
         self,
         mut pipeline: Pipeline,
+        seed: Option<Seed>,
         observer: &dyn FolderObserver,
     ) -> Result<(), FolderError> {
-        let epoch = take_epoch_with_retry(&pipeline).await;
+        let epoch = take_epoch_with_retry(&pipeline).await?;
         observer.epoch_taken(epoch);
+        if let Some(mut seed) = seed {
+            while let Some(event) = seed.next().await {
+                match event {
+                    SeedEvent::Retrying { error, .. } => observer.seed_retrying(&error),
+                    SeedEvent::Done(Some(previous)) => {
+                        pipeline.seed_previous(std::sync::Arc::new(*previous))
+                    }
+                    SeedEvent::Done(None) => {}
+                }
+            }
+        }
         let mut source = DirSource::new(&self.dir);
         let (_watcher, mut events) =
             crate::source::watch_dir(&self.dir).map_err(|source| FolderError::Watch {
@@ -101,12 +128,7 @@ impl FolderLoop {
                     let Some(burst) = debounce.take_if_due(std::time::Instant::now()) else { continue };
                     metrics::DEBOUNCE_MERGED.inc_by(burst.events.saturating_sub(1));
                     let report = source.rescan().map_err(|source| FolderError::Read { dir: self.dir.clone(), source })?;
-                    for e in &report.new_errors {
-                        tracing::warn!("{e} (the file's last good content stays in use)");
-                    }
-                    for kind in &report.new_unknown_kinds {
-                        tracing::info!(kind = %kind, "ignoring objects of a kind Pilotfish does not read");
-                    }
+                    report.log();
                     if report.changed || pipeline.previous().is_none() {
                         pending = Some(pipeline.build(source.inputs(self.base.clone()), false).await);
                         publish.reset();
@@ -140,16 +162,21 @@ impl FolderLoop {
     }
 }
 
-async fn take_epoch_with_retry(pipeline: &Pipeline) -> u64 {
+async fn take_epoch_with_retry(pipeline: &Pipeline) -> Result<u64, FolderError> {
     let mut retry = Retry::new(RETRY);
+    // Taken once: a retry after a lost reply must ask for the same floor.
+    let floor = wall_clock_epoch_floor();
     loop {
-        match pipeline.take_epoch().await {
-            Ok(epoch) => {
+        match pipeline.take_epoch(floor).await {
+            Ok(EpochGrant::Taken(epoch)) => {
                 tracing::info!(
                     epoch,
                     "took a new epoch; earlier writers of this key prefix are fenced"
                 );
-                return epoch;
+                return Ok(epoch);
+            }
+            Ok(EpochGrant::Superseded { newer }) => {
+                return Err(FolderError::Superseded { floor, newer });
             }
             Err(e) => {
                 let delay = retry.next_delay();
@@ -194,7 +221,10 @@ mod tests {
         };
         std::fs::write(dir.path().join("a.yaml"), svc("a")).unwrap();
         let bus = MemoryBus::new();
-        let pipeline = Pipeline::new(std::sync::Arc::new(bus.publisher()));
+        let pipeline = Pipeline::new(
+            std::sync::Arc::new(bus.publisher()),
+            pilotfish_mesh::codec::SnapshotSigner::from_seed([1; 32]),
+        );
         let seen = std::sync::Arc::new(Seen::default());
         let looped = FolderLoop {
             dir: dir.path().to_path_buf(),
@@ -207,7 +237,7 @@ mod tests {
             resync_every: Duration::from_secs(3600),
         };
         let observer = seen.clone();
-        let task = tokio::spawn(async move { looped.run(pipeline, &*observer).await });
+        let task = tokio::spawn(async move { looped.run(pipeline, None, &*observer).await });
         let wait_for = |n: usize| {
             let seen = seen.clone();
             async move {

@@ -14,7 +14,9 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use clap::Parser;
 use pilotfish_shared::bus::redis::{RedisConfig, RedisPublisher, follow};
-use pilotfish_shared::bus::{EncodedSnapshot, PublishOutcome, Rejection, SnapshotPublisher};
+use pilotfish_shared::bus::{
+    EncodedSnapshot, PublishOutcome, Rejection, SnapshotPublisher, Verified,
+};
 use pilotfish_testkit::redis::RedisServer;
 
 #[derive(Parser, Debug)]
@@ -36,15 +38,22 @@ struct Args {
 
 const MAGIC: &[u8] = b"PFBENCH\n";
 
-fn decode(bytes: &[u8]) -> Result<usize, Rejection> {
-    if bytes.starts_with(MAGIC) {
-        Ok(bytes.len())
-    } else {
-        Err(Rejection {
+/// A blob is the magic, the round number (u64 LE: the content hash is `bench-{round}`),
+/// then filler.
+fn decode(bytes: &[u8]) -> Result<Verified<usize>, Rejection> {
+    let round = bytes
+        .strip_prefix(MAGIC)
+        .and_then(|rest| rest.get(..8))
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes)
+        .ok_or_else(|| Rejection {
             reason: "corrupt",
             detail: "bad magic".into(),
-        })
-    }
+        })?;
+    Ok(Verified {
+        value: bytes.len(),
+        hash: format!("bench-{round}"),
+    })
 }
 
 /// Nearest-rank percentile of sorted durations.
@@ -68,9 +77,10 @@ async fn main() -> anyhow::Result<()> {
     }
     let redis = RedisServer::start().context("starting redis-server")?;
     let config = RedisConfig::new(&redis.url())?
-        .with_timeouts(Duration::from_secs(5), Duration::from_secs(60));
+        .with_timeouts(Duration::from_secs(5), Duration::from_secs(60))
+        .with_max_blob_bytes(args.size_bytes as u64);
     let publisher = RedisPublisher::new(config.clone())?;
-    publisher.take_epoch().await?;
+    publisher.take_epoch(1).await?;
     let mut followers = Vec::new();
     for _ in 0..args.followers {
         followers.push(follow(config.clone(), decode)?);

@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::support::Cluster;
 
 const NAMESPACE: &str = "pilotfish-system";
-const NAMESPACED_KINDS: &str = "deployments,services,serviceaccounts,configmaps,poddisruptionbudgets,horizontalpodautoscalers,networkpolicies,roles,rolebindings";
+const NAMESPACED_KINDS: &str = "deployments,services,serviceaccounts,configmaps,secrets,poddisruptionbudgets,horizontalpodautoscalers,networkpolicies,roles,rolebindings";
 const CLUSTER_KINDS: &str = "clusterroles,clusterrolebindings";
 const CRDS: [&str; 3] = [
     "destinationrules.networking.istio.io",
@@ -81,7 +81,7 @@ async fn namespaced_objects(cluster: &Cluster) -> BTreeSet<String> {
     )
     .into_iter()
     // The helm release records and the namespace's default ServiceAccount are not ours.
-    .filter(|n| n != "ServiceAccount/default")
+    .filter(|n| n != "ServiceAccount/default" && !n.starts_with("Secret/sh.helm.release."))
     .collect()
 }
 
@@ -92,6 +92,35 @@ async fn pilotfish_cluster_objects(cluster: &Cluster) -> BTreeSet<String> {
         .collect()
 }
 
+/// A volume of a Deployment's pods, by name.
+fn volume<'a>(deployment: &'a Value, name: &str) -> &'a Value {
+    deployment["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == name))
+        .unwrap_or_else(|| {
+            panic!(
+                "volume {name} missing from {}",
+                deployment["metadata"]["name"]
+            )
+        })
+}
+
+/// The generated secrets (Redis password, signing key) and the replicas' public key.
+async fn generated_secrets(cluster: &Cluster) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (kind, name) in [
+        ("secret", "pilotfish-redis-auth"),
+        ("secret", "pilotfish-snapshot-signing"),
+        ("configmap", "pilotfish-snapshot-verify-keys"),
+    ] {
+        let object = cluster
+            .kubectl_json(&["get", kind, name, "-n", NAMESPACE])
+            .await;
+        out.push(object["data"].clone());
+    }
+    out
+}
+
 async fn deployment(cluster: &Cluster, name: &str) -> Value {
     cluster
         .kubectl_json(&["get", "deployment", name, "--namespace", NAMESPACE])
@@ -100,6 +129,7 @@ async fn deployment(cluster: &Cluster, name: &str) -> Value {
 
 fn default_objects() -> BTreeSet<String> {
     set(&[
+        "ConfigMap/pilotfish-snapshot-verify-keys",
         "Deployment/pilotfish-controller",
         "Deployment/pilotfish-redis",
         "Deployment/pilotfish-xds",
@@ -110,6 +140,8 @@ fn default_objects() -> BTreeSet<String> {
         "PodDisruptionBudget/pilotfish-xds",
         "Role/pilotfish-controller-leader-election",
         "RoleBinding/pilotfish-controller-leader-election",
+        "Secret/pilotfish-redis-auth",
+        "Secret/pilotfish-snapshot-signing",
         "Service/pilotfish-redis",
         "Service/pilotfish-xds",
         "ServiceAccount/pilotfish-controller",
@@ -212,6 +244,63 @@ async fn assert_default_install(cluster: &Cluster) {
         .await;
     assert_eq!(binding["subjects"][0]["name"], "pilotfish-controller");
     assert_eq!(binding["subjects"][0]["namespace"], NAMESPACE);
+
+    // The bundled Redis requires a generated password, which both binaries read from a
+    // file; only the controller mounts the signing key; both mount the public key.
+    let redis = deployment(cluster, "pilotfish-redis").await;
+    let command = redis["spec"]["template"]["spec"]["containers"][0]["command"].to_string();
+    for needle in ["--requirepass", "--protected-mode yes", "--maxmemory 192mb"] {
+        assert!(command.contains(needle), "{needle}: {command}");
+    }
+    assert_eq!(
+        volume(&redis, "redis-auth")["secret"]["secretName"],
+        "pilotfish-redis-auth"
+    );
+    for d in [&controller, &xds] {
+        assert_eq!(
+            env_value(d, "PILOTFISH_REDIS_PASSWORD_FILE"),
+            "/etc/pilotfish/redis-password/password"
+        );
+        assert_eq!(
+            volume(d, "redis-password")["secret"]["secretName"],
+            "pilotfish-redis-auth"
+        );
+        assert_eq!(
+            env_value(d, "PILOTFISH_VERIFY_KEYS"),
+            "/etc/pilotfish/verify-keys"
+        );
+        assert_eq!(
+            volume(d, "verify-keys")["configMap"]["name"],
+            "pilotfish-snapshot-verify-keys"
+        );
+        assert_eq!(env_value(d, "PILOTFISH_MAX_BLOB_BYTES"), "8388608");
+    }
+    assert_eq!(
+        env_value(&controller, "PILOTFISH_SIGNING_KEY_FILE"),
+        "/etc/pilotfish/signing/signing-key.pem"
+    );
+    assert_eq!(
+        volume(&controller, "signing-key")["secret"]["secretName"],
+        "pilotfish-snapshot-signing"
+    );
+    assert!(
+        xds["spec"]["template"]["spec"]["volumes"]
+            .to_string()
+            .find("snapshot-signing")
+            .is_none(),
+        "the replicas must not see the private key"
+    );
+    let [password, signing, verify] = &generated_secrets(cluster).await[..] else {
+        panic!("three generated objects")
+    };
+    assert!(password["password"].as_str().is_some_and(|p| p.len() >= 40));
+    assert!(signing["signing-key.pem"].is_string());
+    assert!(
+        verify["current.pem"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("-----BEGIN CERTIFICATE-----")),
+        "{verify}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,6 +327,7 @@ async fn chart_installs_upgrades_and_uninstalls() {
         "{out}"
     );
     assert_default_install(&cluster).await;
+    let secrets = generated_secrets(&cluster).await;
 
     let out = cluster
         .helm_ok(&[
@@ -262,8 +352,10 @@ async fn chart_installs_upgrades_and_uninstalls() {
         assert_eq!(d["metadata"]["generation"], 2, "{name}");
         assert_eq!(d["status"]["readyReplicas"], replicas, "{name}");
     }
-    // Nothing else changed: same objects, Redis untouched.
+    // Nothing else changed: same objects, the same generated password and keys (read back
+    // with `lookup`), Redis untouched.
     assert_eq!(namespaced_objects(&cluster).await, default_objects());
+    assert_eq!(generated_secrets(&cluster).await, secrets);
     assert_eq!(
         deployment(&cluster, "pilotfish-redis").await["metadata"]["generation"],
         1
@@ -324,6 +416,7 @@ async fn chart_with_an_external_tls_redis_and_an_autoscaler() {
         namespaced_objects(&cluster).await,
         set(&[
             "ConfigMap/mesh-pilotfish-mesh",
+            "ConfigMap/mesh-pilotfish-snapshot-verify-keys",
             "Deployment/mesh-pilotfish-controller",
             "Deployment/mesh-pilotfish-xds",
             "HorizontalPodAutoscaler/mesh-pilotfish-xds",
@@ -333,6 +426,7 @@ async fn chart_with_an_external_tls_redis_and_an_autoscaler() {
             "PodDisruptionBudget/mesh-pilotfish-xds",
             "Role/mesh-pilotfish-controller-leader-election",
             "RoleBinding/mesh-pilotfish-controller-leader-election",
+            "Secret/mesh-pilotfish-snapshot-signing",
             "Service/mesh-pilotfish-xds",
             "ServiceAccount/mesh-pilotfish-controller",
             "ServiceAccount/mesh-pilotfish-xds",
@@ -361,10 +455,13 @@ async fn chart_with_an_external_tls_redis_and_an_autoscaler() {
             env_value(&d, "PILOTFISH_REDIS_CA_FILE"),
             "/etc/pilotfish/redis-ca/ca.crt"
         );
-        let volumes = &d["spec"]["template"]["spec"]["volumes"];
-        assert_eq!(volumes[0]["secret"]["secretName"], "pilotfish-redis");
-        assert_eq!(volumes[0]["secret"]["items"][0]["key"], "redis-password");
-        assert_eq!(volumes[1]["secret"]["secretName"], "pilotfish-redis-ca");
+        let password = &volume(&d, "redis-password")["secret"];
+        assert_eq!(password["secretName"], "pilotfish-redis");
+        assert_eq!(password["items"][0]["key"], "redis-password");
+        assert_eq!(
+            volume(&d, "redis-ca")["secret"]["secretName"],
+            "pilotfish-redis-ca"
+        );
         let image = d["spec"]["template"]["spec"]["containers"][0]["image"]
             .as_str()
             .unwrap_or_default();
@@ -397,7 +494,7 @@ async fn chart_with_an_external_tls_redis_and_an_autoscaler() {
 async fn chart_refuses_values_that_cannot_work() {
     let cluster = Cluster::start().await;
     let chart = chart();
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 7] = [
         (
             &["redis.bundled.enabled=false"],
             "redis.external.url is required when redis.bundled.enabled is false",
@@ -428,6 +525,14 @@ async fn chart_refuses_values_that_cannot_work() {
                 "xds.autoscaling.maxReplicas=2",
             ],
             "xds.autoscaling.minReplicas (5) is above xds.autoscaling.maxReplicas (2)",
+        ),
+        (
+            &["snapshotSigning.existingSecret=my-key"],
+            "snapshotSigning.existingVerifyKeysConfigMap must name the ConfigMap",
+        ),
+        (
+            &["snapshotSigning.existingVerifyKeysConfigMap=my-keys"],
+            "existingVerifyKeysConfigMap needs snapshotSigning.existingSecret",
         ),
     ];
     for (values, expected) in cases {
@@ -462,6 +567,70 @@ async fn chart_refuses_values_that_cannot_work() {
 async fn plain_manifests_apply_and_delete_without_helm() {
     let cluster = Cluster::start().await;
     let manifests = workspace_root().join("manifests").display().to_string();
+    // What the manifests' header says to do first: the secrets the chart would generate.
+    let keys = tempfile::tempdir().unwrap();
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(keys.path())
+            .output()
+            .expect("run openssl");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    openssl(&[
+        "genpkey",
+        "-algorithm",
+        "ed25519",
+        "-out",
+        "signing-key.pem",
+    ]);
+    openssl(&[
+        "pkey",
+        "-in",
+        "signing-key.pem",
+        "-pubout",
+        "-out",
+        "verify-key.pem",
+    ]);
+    let file = |name: &str| keys.path().join(name).display().to_string();
+    cluster
+        .kubectl_ok(&["create", "namespace", NAMESPACE])
+        .await;
+    for args in [
+        vec![
+            "create",
+            "secret",
+            "generic",
+            "pilotfish-snapshot-signing",
+            "--from-file",
+        ],
+        vec![
+            "create",
+            "configmap",
+            "pilotfish-snapshot-verify-keys",
+            "--from-file",
+        ],
+    ] {
+        let from = if args[1] == "secret" {
+            file("signing-key.pem")
+        } else {
+            file("verify-key.pem")
+        };
+        let mut full = args.clone();
+        full.extend([from.as_str(), "-n", NAMESPACE]);
+        cluster.kubectl_ok(&full).await;
+    }
+    cluster
+        .kubectl_ok(&[
+            "create",
+            "secret",
+            "generic",
+            "pilotfish-redis-auth",
+            "--from-literal=password=not-a-real-password-0123456789abcdef",
+            "-n",
+            NAMESPACE,
+        ])
+        .await;
     cluster
         .kubectl_ok(&["apply", "--server-side", "-f", &manifests])
         .await;
@@ -512,4 +681,142 @@ async fn plain_manifests_apply_and_delete_without_helm() {
     assert_eq!(pilotfish_cluster_objects(&cluster).await, BTreeSet::new());
     let crds = names(&cluster.kubectl_json(&["get", "crds"]).await);
     assert!(crds.is_empty(), "{crds:?}");
+}
+
+/// A cluster that already runs Istio: its CRDs (here Pilotfish's with one field more and
+/// Istio's labels, as a newer Istio's look) and an object using that field. Writes the
+/// CRDs and the object to `dir` and applies them as Istio's installer would.
+async fn install_istio_like_crds(cluster: &Cluster, dir: &std::path::Path) {
+    let mut crds = pilotfish_mesh::api::crd::crds();
+    for crd in &mut crds {
+        crd.metadata.labels = Some([("app".to_string(), "istio-pilot".to_string())].into());
+        for version in &mut crd.spec.versions {
+            let props = version
+                .schema
+                .as_mut()
+                .and_then(|s| s.open_api_v3_schema.as_mut())
+                .expect("schema");
+            let mut value = serde_json::to_value(&*props).unwrap();
+            value["properties"]["spec"]["properties"]["futureField"] =
+                serde_json::json!({"type": "string"});
+            *props = serde_json::from_value(value).unwrap();
+        }
+    }
+    let path = dir.join("istio-crds.json");
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": crds});
+    std::fs::write(&path, list.to_string()).unwrap();
+    cluster
+        .kubectl_ok(&[
+            "apply",
+            "--server-side",
+            "--field-manager=istio-installer",
+            "-f",
+            path.to_str().unwrap(),
+        ])
+        .await;
+    for crd in CRDS {
+        cluster
+            .kubectl_ok(&[
+                "wait",
+                "--for=condition=Established",
+                &format!("crd/{crd}"),
+                "--timeout=60s",
+            ])
+            .await;
+    }
+    let vs = dir.join("vs.yaml");
+    std::fs::write(
+        &vs,
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews, namespace: default}\nspec:\n  futureField: kept\n  hosts: [reviews]\n  http: [{route: [{destination: {host: reviews}}]}]\n",
+    )
+    .unwrap();
+    cluster
+        .kubectl_ok(&["apply", "--server-side", "-f", vs.to_str().unwrap()])
+        .await;
+}
+
+/// Istio's CRDs and the objects using their newer fields are as they were.
+async fn assert_istio_crds_untouched(cluster: &Cluster) {
+    for crd in CRDS {
+        let got = cluster.kubectl_json(&["get", "crd", crd]).await;
+        assert_eq!(got["metadata"]["labels"]["app"], "istio-pilot", "{crd}");
+        for version in got["spec"]["versions"].as_array().unwrap() {
+            assert_eq!(
+                version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["futureField"]
+                    ["type"],
+                "string",
+                "{crd} {}",
+                version["name"]
+            );
+        }
+    }
+    let vs = cluster
+        .kubectl_json(&["get", "virtualservice", "reviews", "-n", "default"])
+        .await;
+    assert_eq!(vs["spec"]["futureField"], "kept", "{vs}");
+}
+
+/// With Istio's (possibly newer) CRDs installed, neither the chart nor the plain
+/// manifests for such clusters change them. Helm 4 applies a chart's `crds/` with
+/// server-side apply on install: over CRDs another manager owns that is a field conflict,
+/// and the install stops before changing anything; `--skip-crds` installs the rest, and
+/// upgrades and uninstall never touch `crds/`. `manifests/pilotfish.yaml` holds no CRD
+/// (they are in `manifests/crds.yaml`, for clusters without Istio).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn istios_own_crds_are_left_alone() {
+    let scratch = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start().await;
+    install_istio_like_crds(&cluster, scratch.path()).await;
+    let chart = chart();
+    let install = |extra: &'static [&'static str]| {
+        let mut args = vec![
+            "install",
+            "pilotfish",
+            chart.as_str(),
+            "--namespace",
+            NAMESPACE,
+            "--create-namespace",
+            "--wait",
+            "--timeout",
+            "120s",
+        ];
+        args.extend_from_slice(extra);
+        args
+    };
+    let refused = cluster.helm(&install(&[])).await;
+    assert!(!refused.success, "{}", refused.stdout);
+    assert!(refused.stderr.contains("conflict"), "{}", refused.stderr);
+    assert_istio_crds_untouched(&cluster).await;
+
+    cluster.helm_ok(&install(&["--skip-crds"])).await;
+    assert_istio_crds_untouched(&cluster).await;
+    assert_eq!(namespaced_objects(&cluster).await, default_objects());
+    cluster
+        .helm_ok(&[
+            "upgrade",
+            "pilotfish",
+            &chart,
+            "--namespace",
+            NAMESPACE,
+            "--set",
+            "xds.replicas=4",
+            "--wait",
+            "--timeout",
+            "120s",
+        ])
+        .await;
+    assert_istio_crds_untouched(&cluster).await;
+    cluster
+        .helm_ok(&["uninstall", "pilotfish", "--namespace", NAMESPACE, "--wait"])
+        .await;
+    assert_istio_crds_untouched(&cluster).await;
+
+    let cluster = Cluster::start().await;
+    install_istio_like_crds(&cluster, scratch.path()).await;
+    let manifests = workspace_root().join("manifests/pilotfish.yaml");
+    let out = cluster
+        .kubectl_ok(&["apply", "--server-side", "-f", manifests.to_str().unwrap()])
+        .await;
+    assert!(!out.contains("customresourcedefinition"), "{out}");
+    assert_istio_crds_untouched(&cluster).await;
 }

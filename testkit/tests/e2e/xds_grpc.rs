@@ -141,10 +141,11 @@ fn grpc_xds_client_routes_through_standalone_mode() {
     let tally = client.rpcs(&target, 2000, &[]).unwrap();
     assert_split(&tally, 50.0);
 
-    // A broken edit keeps the last good routing (and says so on the admin page).
+    // A broken edit (a subset name Istio refuses) keeps the last good routing (and says
+    // so on the admin page).
     std::fs::write(
         dir.path().join("virtual-service.yaml"),
-        reviews_virtual_service(50, 50).replace("subset: v3", "subset: v9"),
+        reviews_virtual_service(50, 50).replace("subset: v3", "subset: v_3"),
     )
     .unwrap();
     std::thread::sleep(Duration::from_millis(500));

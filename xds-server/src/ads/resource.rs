@@ -85,6 +85,20 @@ impl Resource {
             buf.freeze()
         })
     }
+
+    /// The encoded `DiscoveryResponse.resources` entry (tag 2, length, the Any): a slice of
+    /// the delta entry, whose `Resource.resource` field is the same tag and the same Any,
+    /// so a SotW response that carries this resource alone shares its one encoding.
+    pub(crate) fn sotw_entry(&self) -> Bytes {
+        let entry = self.delta_entry();
+        let any = proto::any_len(&self.body);
+        let inner = proto::delimited_len(1, self.version.len())
+            + proto::delimited_len(2, any)
+            + proto::delimited_len(3, self.name.len());
+        let start =
+            proto::delimited_len(2, inner) - inner + proto::delimited_len(1, self.version.len());
+        entry.slice(start..start + proto::delimited_len(2, any))
+    }
 }
 
 /// The version of an encoded resource: hex of the first 16 bytes of SHA-256 over its
@@ -204,5 +218,22 @@ mod tests {
             content_version(&any("", b"")),
             "6e340b9cffb37a989ca544e6bb780a2c"
         );
+    }
+
+    #[test]
+    fn the_sotw_entry_is_the_any_field_of_the_delta_entry() {
+        use prost::Message;
+        // Sizes around the varint boundaries of the lengths.
+        for size in [1, 100, 127, 128, 16_383, 16_384, 70_000] {
+            let r = Resource::new("name", any("type.googleapis.com/x", &vec![7u8; size]));
+            let mut expected = Vec::new();
+            proto::put_delimited(2, &r.body.encode_to_vec(), &mut expected);
+            assert_eq!(&r.sotw_entry()[..], &expected[..], "size {size}");
+            let range = r.delta_entry().as_ptr_range();
+            assert!(
+                range.contains(&r.sotw_entry().as_ptr()),
+                "a slice, not a copy"
+            );
+        }
     }
 }

@@ -19,9 +19,22 @@
 //! - on a new snapshot only types whose content changed for this stream are sent, in
 //!   make-before-break order (CDS, EDS, LDS, RDS), and an endpoints-only change
 //!   recomputes EDS alone;
-//! - a response carrying a new or changed cluster is followed by the subscribed endpoints
-//!   (even unchanged), because Envoy only finishes warming a cluster on a fresh EDS;
-//! - `version_info` is a hash of the response's names and resource versions.
+//! - a response carrying a new or changed cluster is followed by the endpoints of those
+//!   clusters (even unchanged), because Envoy only finishes warming a cluster on a fresh
+//!   EDS;
+//! - LDS and CDS responses carry the whole state of the world; RDS and EDS responses carry
+//!   only what the client does not hold yet — resources new or changed against its last
+//!   ACK, names subscribed since the last response, and the endpoints of warming
+//!   clusters — as the protocol allows for these types (their deletion follows from their
+//!   parents). One VirtualService edit then sends one route configuration, not every one
+//!   the client subscribes to. A pushed RDS or EDS response that would carry nothing (only
+//!   deletions) is not sent;
+//! - `version_info` is a hash of the names and resource versions of the whole subscribed
+//!   view (also when the response carries part of it).
+//!
+//! A response carrying part of a view is still assembled from shared bytes: each resource
+//! encodes its `DiscoveryResponse.resources` entry once, for every stream and snapshot
+//! (`wire::encode_sotw`).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -31,20 +44,60 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use pilotfish_mesh::model::Proxy;
 
 use super::names::NameSets;
-use super::resource::ChangeKind;
+use super::resource::{ChangeKind, Resource};
 use super::state::{AckStatus, Held, NackStatus, Reply, TypeStatus, owe};
-use super::state::{NonceSource, ProtocolEvent, SentRecord, TypeRecord, served_type};
+use super::state::{NonceSource, ProtocolEvent, SentRecord, Subscription, TypeRecord, served_type};
 use super::types::XdsType;
 use super::view::{ServedSnapshot, View};
 use super::wire::SotwResponse;
 
-/// Per type: the protocol record, what the client holds (the view of its last ACK) and
-/// whether a response is owed.
+/// Per type: the protocol record, what the client holds (the view of its last ACK),
+/// whether a response is owed, and the names subscribed since the last response.
 #[derive(Debug, Default)]
 struct SotwType {
     record: TypeRecord,
     holds: Option<Arc<View>>,
     owed: Option<Reply>,
+    fresh: Fresh,
+}
+
+/// Names the client subscribed to since the last response of a type: it wants them even
+/// if it held them once (A→B→A), so they are sent whatever it held at its last ACK.
+#[derive(Debug, Default)]
+enum Fresh {
+    #[default]
+    Nothing,
+    Names(BTreeSet<String>),
+    /// The subscription became a wildcard: everything.
+    All,
+}
+
+impl Fresh {
+    fn add(&mut self, before: &Subscription, now: &Subscription) {
+        if now.wildcard && !before.wildcard {
+            *self = Fresh::All;
+            return;
+        }
+        let added = now.names.iter().filter(|n| !before.names.contains(n));
+        match self {
+            Fresh::All => {}
+            Fresh::Names(names) => names.extend(added.cloned()),
+            Fresh::Nothing => {
+                let names: BTreeSet<String> = added.cloned().collect();
+                if !names.is_empty() {
+                    *self = Fresh::Names(names);
+                }
+            }
+        }
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        match self {
+            Fresh::Nothing => false,
+            Fresh::Names(names) => names.contains(name),
+            Fresh::All => true,
+        }
+    }
 }
 
 /// State of one SotW ADS stream.
@@ -143,12 +196,16 @@ impl SotwStream {
         }
         let first_request = !state.record.requested;
         state.record.requested = true;
+        let before = state.record.subscription.clone();
         let changed = state.record.subscription.apply_sotw(
             xds_type,
             first_request,
             &request.resource_names,
             &names,
         );
+        if changed {
+            state.fresh.add(&before, &state.record.subscription);
+        }
         // A request with the latest nonce and an unchanged name set is an ACK or a NACK:
         // answering it would make the client answer again (the silent hot loop).
         if !first_request && !nonce.is_empty() && !changed {
@@ -197,8 +254,12 @@ impl SotwStream {
                 continue;
             };
             let view = self.compute(xds_type);
-            let forced =
-                reply == Reply::Always || (xds_type == XdsType::Endpoint && self.warms(&view));
+            let warming = if xds_type == XdsType::Endpoint {
+                self.warming(&view)
+            } else {
+                BTreeSet::new()
+            };
+            let forced = reply == Reply::Always || !warming.is_empty();
             let unchanged = self.types[xds_type.index()]
                 .record
                 .last_sent
@@ -206,6 +267,12 @@ impl SotwStream {
                 .and_then(|s| s.view.as_ref())
                 .is_some_and(|sent| sent.same_content(&view));
             if unchanged && !forced {
+                continue;
+            }
+            let partial = self.to_send(xds_type, &view, &warming);
+            if reply == Reply::IfChanged && partial.as_ref().is_some_and(Vec::is_empty) {
+                // Only deletions or what the client holds: nothing it needs (RDS and EDS
+                // deletions follow from their parents). Not recorded as sent.
                 continue;
             }
             match xds_type {
@@ -225,7 +292,10 @@ impl SotwStream {
                 _ => {}
             }
             let nonce = self.nonces.next_nonce();
-            self.types[xds_type.index()].record.last_sent = Some(SentRecord {
+            let state = &mut self.types[xds_type.index()];
+            state.fresh = Fresh::Nothing;
+            // The record is the whole view: what the client holds once it ACKs.
+            state.record.last_sent = Some(SentRecord {
                 version: view.version().clone(),
                 nonce: nonce.clone(),
                 at: now,
@@ -233,7 +303,11 @@ impl SotwStream {
                 resource_count: view.len(),
                 removed_count: 0,
             });
-            return Some(SotwResponse { view, nonce });
+            return Some(SotwResponse {
+                view,
+                partial,
+                nonce,
+            });
         }
         None
     }
@@ -257,15 +331,47 @@ impl SotwStream {
             .and_then(|s| s.view.clone())
     }
 
-    /// Whether the endpoints in `view` include a cluster sent new or changed since the
-    /// last endpoints response.
-    fn warms(&self, view: &View) -> bool {
+    /// The endpoints in `view` of clusters sent new or changed since the last endpoints
+    /// response: they are warming.
+    fn warming(&self, view: &View) -> BTreeSet<String> {
         let (Some(base), Some(clusters)) = (&self.warm_base, self.sent_view(XdsType::Cluster))
         else {
-            return false;
+            return BTreeSet::new();
         };
         base.changed_in(&clusters)
-            .any(|name| view.get(name).is_some())
+            .filter(|name| view.get(name).is_some())
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// What a response of `view` carries: `None` for all of it (LDS and CDS always; RDS
+    /// and EDS when the client needs everything), else the resources the client does not
+    /// hold at their current version (against its last ACK, so anything sent but not
+    /// acknowledged is sent again), names subscribed since the last response, and the
+    /// endpoints of `warming` clusters.
+    fn to_send(
+        &self,
+        xds_type: XdsType,
+        view: &View,
+        warming: &BTreeSet<String>,
+    ) -> Option<Vec<Arc<Resource>>> {
+        if xds_type.sends_state_of_the_world() {
+            return None;
+        }
+        let state = &self.types[xds_type.index()];
+        let holds = state.holds.as_ref()?;
+        let same = holds.same_content(view);
+        let needed: Vec<Arc<Resource>> = view
+            .resources()
+            .iter()
+            .filter(|r| {
+                state.fresh.contains(&r.name)
+                    || warming.contains(&r.name)
+                    || (!same && holds.version_of(&r.name) != Some(r.version.as_str()))
+            })
+            .cloned()
+            .collect();
+        (needed.len() < view.len()).then_some(needed)
     }
 
     fn compute(&self, xds_type: XdsType) -> Arc<View> {
@@ -713,7 +819,13 @@ mod tests {
                 assert!(seen.insert(r.nonce));
             }
         }
-        for r in push(&mut s, MapSnapshot::new(5).shared(), T0).responses {
+        let next = MapSnapshot::sample(1)
+            .with(CLUSTER_TYPE, "c1", b"c1'")
+            .with(ENDPOINT_TYPE, "c1", b"e1'")
+            .with(LISTENER_TYPE, "l1", b"l1'")
+            .with(ROUTE_TYPE, "r1", b"r1'")
+            .next(5);
+        for r in push(&mut s, next.shared(), T0).responses {
             assert!(seen.insert(r.nonce));
         }
         assert_eq!(seen.len(), 8);
@@ -890,5 +1002,164 @@ mod tests {
             out[1].version_info, eds.version_info,
             "unchanged, sent to warm"
         );
+    }
+
+    /// Sends the first response of `type_url` for `names` and ACKs it.
+    fn subscribed(s: &mut SotwStream, type_url: &str, names: &[&str]) -> DiscoveryResponse {
+        let r = handle(s, &req(type_url, names, ""), T0).responses.remove(0);
+        ack(s, &r, names);
+        r
+    }
+
+    #[test]
+    fn route_and_endpoint_pushes_carry_only_what_changed() {
+        let mut s = stream(MapSnapshot::sample(1));
+        subscribed(&mut s, ROUTE_TYPE, &["r1", "r2"]);
+        subscribed(&mut s, LISTENER_TYPE, &[]);
+        let next =
+            MapSnapshot::sample(1)
+                .with(ROUTE_TYPE, "r1", b"r1'")
+                .with(LISTENER_TYPE, "l2", b"l2");
+        let out = push(&mut s, next.next(2).shared(), T0);
+        assert_eq!(types(&out), [LISTENER_TYPE, ROUTE_TYPE]);
+        assert_eq!(
+            names(&out.responses[0]),
+            ["l1", "l2"],
+            "LDS: the whole state"
+        );
+        assert_eq!(
+            names(&out.responses[1]),
+            ["r1'"],
+            "RDS: the changed one only"
+        );
+        // The version is that of the whole view, as a fresh stream computes it.
+        let fresh = handle(&mut stream(next), &req(ROUTE_TYPE, &["r1", "r2"], ""), T0)
+            .responses
+            .remove(0);
+        assert_eq!(names(&fresh), ["r1'", "r2"]);
+        assert_eq!(out.responses[1].version_info, fresh.version_info);
+    }
+
+    #[test]
+    fn a_new_name_is_answered_with_itself_and_nothing_held() {
+        let mut s = stream(MapSnapshot::sample(1));
+        let r = subscribed(&mut s, ROUTE_TYPE, &["r1"]);
+        let out = handle(&mut s, &req(ROUTE_TYPE, &["r1", "r2"], &r.nonce), T0);
+        assert_eq!(names(&out.responses[0]), ["r2"]);
+    }
+
+    #[test]
+    fn a_name_dropped_and_asked_again_before_the_ack_is_sent_again() {
+        let mut s = stream(MapSnapshot::sample(1));
+        let r = subscribed(&mut s, ROUTE_TYPE, &["r1", "r2"]);
+        // r2 dropped, then asked again while the client has not ACKed the drop: it held
+        // r2 at its last ACK, but dropped it since.
+        s.on_request(&req(ROUTE_TYPE, &["r1"], &r.nonce), T0);
+        let dropped = drain(&mut s).remove(0);
+        assert!(names(&dropped).is_empty(), "r1 is held");
+        s.on_request(&req(ROUTE_TYPE, &["r1", "r2"], &dropped.nonce), T0);
+        let out = drain(&mut s);
+        assert_eq!(names(&out[0]), ["r2"]);
+    }
+
+    #[test]
+    fn names_asked_while_the_transport_is_busy_are_all_sent() {
+        let mut s = stream(MapSnapshot::sample(1));
+        let r = subscribed(&mut s, ENDPOINT_TYPE, &["c1"]);
+        // Two name changes before the stream can send: both new names go in the one
+        // response.
+        s.on_request(&req(ENDPOINT_TYPE, &["c1", "c2"], &r.nonce), T0);
+        s.on_request(&req(ENDPOINT_TYPE, &["c2", "c1", "c3"], &r.nonce), T0);
+        let sent = drain(&mut s);
+        assert_eq!(sent.len(), 1);
+        assert_eq!(names(&sent[0]), ["e2"], "c3 does not exist; c1 is held");
+    }
+
+    #[test]
+    fn what_was_sent_but_not_acknowledged_is_sent_again() {
+        let mut s = stream(MapSnapshot::sample(1));
+        handle(&mut s, &req(ROUTE_TYPE, &["r1", "r2"], ""), T0);
+        let out = push(
+            &mut s,
+            MapSnapshot::sample(1)
+                .with(ROUTE_TYPE, "r1", b"r1'")
+                .next(2)
+                .shared(),
+            T0,
+        );
+        assert_eq!(names(&out.responses[0]), ["r1'", "r2"]);
+    }
+
+    #[test]
+    fn a_warming_cluster_gets_its_own_endpoints_not_the_others() {
+        let mut s = stream(MapSnapshot::sample(1));
+        subscribed(&mut s, CLUSTER_TYPE, &[]);
+        subscribed(&mut s, ENDPOINT_TYPE, &["c1", "c2"]);
+        let out = push(
+            &mut s,
+            MapSnapshot::sample(1)
+                .with(CLUSTER_TYPE, "c1", b"c1'")
+                .next(2)
+                .shared(),
+            T0,
+        );
+        assert_eq!(types(&out), [CLUSTER_TYPE, ENDPOINT_TYPE]);
+        assert_eq!(
+            names(&out.responses[1]),
+            ["e1"],
+            "unchanged, but c1 is warming"
+        );
+    }
+
+    #[test]
+    fn deleting_a_route_sends_no_route_response() {
+        let mut s = stream(MapSnapshot::sample(1));
+        subscribed(&mut s, ROUTE_TYPE, &["r1", "r2"]);
+        let out = push(
+            &mut s,
+            MapSnapshot::sample(1)
+                .without(ROUTE_TYPE, "r2")
+                .next(2)
+                .shared(),
+            T0,
+        );
+        assert!(out.responses.is_empty(), "the listener that named it goes");
+        assert!(!s.has_owed());
+    }
+
+    #[test]
+    fn a_partial_response_shares_the_resources_encodings_across_streams() {
+        let served = ServedSnapshot::new(MapSnapshot::sample(1).shared());
+        let names = NameSets::new();
+        let mut streams: Vec<SotwStream> = (0..2)
+            .map(|i| {
+                SotwStream::new(
+                    Arc::new(Proxy::with_defaults(format!("p{i}"))),
+                    served.clone(),
+                    names.clone(),
+                )
+            })
+            .collect();
+        let next = ServedSnapshot::new(
+            MapSnapshot::sample(1)
+                .with(ROUTE_TYPE, "r1", b"r1-shared")
+                .next(2)
+                .shared(),
+        );
+        let mut sent = Vec::new();
+        for s in &mut streams {
+            subscribed(s, ROUTE_TYPE, &["r1", "r2"]);
+            s.on_snapshot(next.clone());
+            let response = s.next_response(T0).expect("r1 changed");
+            assert_eq!(response.resource_count(), 1);
+            sent.push(response);
+        }
+        let [a, b] = &sent[..] else { unreachable!() };
+        let (a, b) = (
+            a.partial.as_ref().expect("partial"),
+            b.partial.as_ref().expect("partial"),
+        );
+        assert!(Arc::ptr_eq(&a[0], &b[0]), "one resource, one encoding");
+        assert!(Arc::ptr_eq(&sent[0].view, &sent[1].view), "one record");
     }
 }

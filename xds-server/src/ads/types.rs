@@ -69,6 +69,12 @@ impl XdsType {
     pub fn empty_means_wildcard(self) -> bool {
         matches!(self, XdsType::Cluster | XdsType::Listener)
     }
+
+    /// Whether a SotW response of this type must carry every resource (absent = deleted):
+    /// LDS and CDS. RDS and EDS responses may carry only what changed.
+    pub fn sends_state_of_the_world(self) -> bool {
+        matches!(self, XdsType::Cluster | XdsType::Listener)
+    }
 }
 
 impl fmt::Display for XdsType {

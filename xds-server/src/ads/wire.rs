@@ -3,7 +3,9 @@
 //!
 //! Nothing is copied per stream but what differs per stream. A SotW response is the 5-byte
 //! gRPC prefix, the view's shared body (`version_info`, resources, `type_url`), the
-//! replica's shared `control_plane` field and a tail with the nonce. A delta response is
+//! replica's shared `control_plane` field and a tail with the nonce; a SotW RDS or EDS
+//! response that carries part of its view is the resources' own shared entries instead of
+//! the body, and `version_info` and `type_url` go in the tail. A delta response is
 //! the prefix, the resources (each encoded once and shared, or the view's shared body when
 //! the client is sent all of them), `control_plane` and a tail with the system version,
 //! type URL, nonce and removed names. Protobuf accepts fields in any order, so the
@@ -25,16 +27,26 @@ pub const GRPC_PREFIX: usize = 5;
 /// response is sent, so a response of many small resources is not as many HTTP/2 frames.
 const COALESCE_BYTES: usize = 16 * 1024;
 
-/// A SotW response: a view shared by every stream that sends it, and this stream's nonce.
+/// A SotW response: a view shared by every stream that sends it, what of it the response
+/// carries, and this stream's nonce.
 #[derive(Clone, Debug)]
 pub struct SotwResponse {
+    /// The whole subscribed view: its version is the response's `version_info`.
     pub view: Arc<View>,
+    /// `None`: every resource of the view (its one shared body). `Some`: only these (RDS
+    /// and EDS: what the client does not hold), each sent as its own shared encoding.
+    pub partial: Option<Vec<Arc<Resource>>>,
     pub nonce: String,
 }
 
 impl SotwResponse {
     pub fn xds_type(&self) -> XdsType {
         self.view.xds_type()
+    }
+
+    /// How many resources the response carries.
+    pub fn resource_count(&self) -> usize {
+        self.partial.as_ref().map_or(self.view.len(), Vec::len)
     }
 }
 
@@ -117,8 +129,29 @@ pub struct Encoded {
 #[derive(Debug)]
 enum Chunk {
     Bytes(Bytes),
-    /// Resources sent one by one: coalesced into chunks as they are sent.
-    Resources(std::iter::Peekable<std::vec::IntoIter<Arc<Resource>>>),
+    /// Resources sent one by one, each as the entry `entry` gives (SotW or delta):
+    /// coalesced into chunks as they are sent.
+    Resources {
+        resources: std::iter::Peekable<std::vec::IntoIter<Arc<Resource>>>,
+        entry: fn(&Resource) -> Bytes,
+    },
+}
+
+impl Chunk {
+    fn sotw_resources(list: Vec<Arc<Resource>>) -> (usize, Chunk) {
+        Chunk::resources(list, Resource::sotw_entry)
+    }
+
+    fn delta_resources(list: Vec<Arc<Resource>>) -> (usize, Chunk) {
+        Chunk::resources(list, |r| r.delta_entry().clone())
+    }
+
+    /// The chunk of `list` and its length on the wire.
+    fn resources(list: Vec<Arc<Resource>>, entry: fn(&Resource) -> Bytes) -> (usize, Chunk) {
+        let len = list.iter().map(|r| entry(r).len()).sum();
+        let resources = list.into_iter().peekable();
+        (len, Chunk::Resources { resources, entry })
+    }
 }
 
 impl Encoded {
@@ -141,23 +174,24 @@ impl Encoded {
                     };
                     return Some(bytes);
                 }
-                Chunk::Resources(resources) => {
+                Chunk::Resources { resources, entry } => {
+                    let entry = *entry;
                     let Some(first) = resources.next() else {
                         self.chunks.pop();
                         continue;
                     };
-                    let entry = first.delta_entry();
-                    if entry.len() >= COALESCE_BYTES / 4 {
-                        return Some(entry.clone());
+                    let first = entry(&first);
+                    if first.len() >= COALESCE_BYTES / 4 {
+                        return Some(first);
                     }
                     // A transient buffer, freed once the transport has written it.
                     let mut buf = BytesMut::with_capacity(COALESCE_BYTES);
-                    buf.extend_from_slice(entry);
+                    buf.extend_from_slice(&first);
                     while let Some(next) = resources.next_if(|r| {
-                        let len = r.delta_entry().len();
+                        let len = entry(r).len();
                         len < COALESCE_BYTES / 4 && buf.len() + len <= COALESCE_BYTES
                     }) {
-                        buf.extend_from_slice(next.delta_entry());
+                        buf.extend_from_slice(&entry(&next));
                     }
                     return Some(buf.freeze());
                 }
@@ -201,16 +235,36 @@ impl Encoded {
     }
 }
 
-/// Encodes a SotW response: the view's shared body, then the control plane and nonce.
+/// Encodes a SotW response: the view's shared body (or the shared entries of the part it
+/// carries, then its version and type URL), then the control plane and nonce.
 pub fn encode_sotw(response: &SotwResponse, control_plane: &ControlPlane) -> Encoded {
-    let body = response.view.sotw_body().clone();
     let nonce = response.nonce.as_bytes();
+    let Some(partial) = &response.partial else {
+        let body = response.view.sotw_body().clone();
+        return Encoded::assemble(
+            body.len(),
+            vec![Chunk::Bytes(body)],
+            &control_plane.sotw,
+            proto::delimited_len(5, nonce.len()),
+            |buf| proto::put_delimited(5, nonce, buf),
+        );
+    };
+    let (shared_len, chunk) = Chunk::sotw_resources(partial.clone());
+    let version = response.view.version().as_bytes();
+    let type_url = response.xds_type().type_url().as_bytes();
+    let tail_len = proto::delimited_len(1, version.len())
+        + proto::delimited_len(4, type_url.len())
+        + proto::delimited_len(5, nonce.len());
     Encoded::assemble(
-        body.len(),
-        vec![Chunk::Bytes(body)],
+        shared_len,
+        vec![chunk],
         &control_plane.sotw,
-        proto::delimited_len(5, nonce.len()),
-        |buf| proto::put_delimited(5, nonce, buf),
+        tail_len,
+        |buf| {
+            proto::put_delimited(1, version, buf);
+            proto::put_delimited(4, type_url, buf);
+            proto::put_delimited(5, nonce, buf);
+        },
     )
 }
 
@@ -222,10 +276,10 @@ pub fn encode_delta(response: &DeltaResponse, control_plane: &ControlPlane) -> E
             let body = view.delta_body().clone();
             (body.len(), vec![Chunk::Bytes(body)])
         }
-        DeltaResources::Some(list) => (
-            list.iter().map(|r| r.delta_entry().len()).sum(),
-            vec![Chunk::Resources(list.clone().into_iter().peekable())],
-        ),
+        DeltaResources::Some(list) => {
+            let (len, chunk) = Chunk::delta_resources(list.clone());
+            (len, vec![chunk])
+        }
     };
     let type_url = response.xds_type.type_url().as_bytes();
     let tail_len = proto::delimited_len(1, response.system_version.len())
@@ -297,6 +351,7 @@ mod tests {
         let view = view();
         let response = SotwResponse {
             view: view.clone(),
+            partial: None,
             nonce: "42".into(),
         };
         let decoded = decode::sotw(&response);
@@ -314,6 +369,50 @@ mod tests {
         assert_eq!(prefix.len(), GRPC_PREFIX);
         let body = encoded.next_chunk().expect("body");
         assert_eq!(body.as_ptr(), view.sotw_body().as_ptr());
+    }
+
+    #[test]
+    fn a_partial_sotw_response_is_the_resources_own_shared_entries() {
+        let view = view();
+        let response = SotwResponse {
+            view: view.clone(),
+            partial: Some(vec![view.resources()[1].clone()]),
+            nonce: "9".into(),
+        };
+        let decoded = decode::sotw(&response);
+        assert_eq!(decoded.nonce, "9");
+        assert_eq!(
+            decoded.version_info,
+            &*view.version().clone(),
+            "the whole view's"
+        );
+        assert_eq!(decoded.type_url, CLUSTER_TYPE);
+        assert_eq!(decoded.resources.len(), 1);
+        assert_eq!(decoded.resources[0].value, b"c2");
+        assert_eq!(
+            decoded.control_plane.map(|c| c.identifier).as_deref(),
+            Some("replica-a")
+        );
+        // A large resource goes out as a slice of its one shared encoding.
+        let mut big = MapSnapshot::new(1);
+        big.insert(CLUSTER_TYPE, "big", &[b'x'; COALESCE_BYTES]);
+        let view = ServedSnapshot::new(big.shared()).view(
+            &Proxy::with_defaults("p"),
+            XdsType::Cluster,
+            None,
+        );
+        let resource = view.resources()[0].clone();
+        let response = SotwResponse {
+            view: view.clone(),
+            partial: Some(vec![resource.clone()]),
+            nonce: "1".into(),
+        };
+        let mut encoded = encode_sotw(&response, &ControlPlane::new("r"));
+        encoded.next_chunk().expect("prefix");
+        let entry = encoded.next_chunk().expect("the resource");
+        let shared = resource.delta_entry();
+        let within = shared.as_ptr_range();
+        assert!(within.contains(&entry.as_ptr()), "not a copy");
     }
 
     #[test]

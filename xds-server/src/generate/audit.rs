@@ -2,8 +2,12 @@
 //! [`check_snapshot`] generates a representative view (a sidecar per namespace, with and
 //! without a workload, and a proxyless client) and reports every broken reference —
 //! every cluster a route or listener names is in CDS, every route configuration a
-//! listener asks RDS for exists, every EDS cluster gets a ClusterLoadAssignment, and no
-//! name appears twice. The generators never emit one (the sanitizers replace it before
+//! listener asks RDS for exists and every one exists because a listener asks for it
+//! (a sidecar has one per service with listeners of its own), every EDS cluster gets a
+//! ClusterLoadAssignment, no name appears twice in a response, no two listeners claim
+//! one address (Envoy hands a connection to the listener of its exact address), and no
+//! route configuration lists a domain or a virtual host name twice (Envoy rejects it).
+//! The generators never emit one (the sanitizers replace it before
 //! sending), so a finding is a bug: logged at error level and counted in
 //! `pilotfish_xds_inconsistent_references_total`. The feed runs it after each hand-off.
 
@@ -20,7 +24,7 @@ use pilotfish_mesh::model::{Proxy, ProxyGenerator};
 use prost::Message;
 
 use super::findings::Finding;
-use super::sanitize::{listener_references, route_clusters};
+use super::sanitize::{listener_address, listener_references, route_clusters};
 use super::snapshot::{GeneratedSnapshot, report};
 use crate::ads::XdsType;
 
@@ -130,8 +134,20 @@ pub fn check_view(view_name: &str, view: &View) -> Vec<BrokenReference> {
             }
         }
     }
+    let mut addresses = HashSet::new();
+    let mut asked_for = HashSet::new();
     for l in &view.listeners {
+        if let Some(at) = listener_address(l)
+            && !addresses.insert(at.clone())
+        {
+            out.push(broken(
+                &l.name,
+                &at,
+                "another listener has the same address",
+            ));
+        }
         let (cs, rds) = listener_references(l);
+        asked_for.extend(rds.iter().cloned());
         for c in cs {
             if !clusters.contains(c.as_str()) {
                 out.push(broken(
@@ -148,6 +164,35 @@ pub fn check_view(view_name: &str, view: &View) -> Vec<BrokenReference> {
                     &r,
                     "listener asks RDS for a route configuration that does not exist",
                 ));
+            }
+        }
+    }
+    for rc in &view.routes {
+        if !asked_for.contains(&rc.name) {
+            out.push(broken(
+                "rds",
+                &rc.name,
+                "route configuration no listener asks for",
+            ));
+        }
+        let mut domains = HashSet::new();
+        let mut vhosts = HashSet::new();
+        for vh in &rc.virtual_hosts {
+            if !vhosts.insert(&vh.name) {
+                out.push(broken(
+                    &rc.name,
+                    &vh.name,
+                    "virtual host name appears twice in one route configuration",
+                ));
+            }
+            for d in &vh.domains {
+                if !domains.insert(d) {
+                    out.push(broken(
+                        &format!("{}/{}", rc.name, vh.name),
+                        d,
+                        "domain appears twice in one route configuration",
+                    ));
+                }
             }
         }
     }
@@ -284,6 +329,42 @@ mod tests {
         );
         assert!(
             problems.contains(&"name appears twice in one response"),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn check_finds_shared_addresses_unasked_routes_and_repeated_domains() {
+        use crate::generate::eds::socket_address;
+        let listener = |name: &str| Listener {
+            name: name.into(),
+            address: Some(socket_address("10.0.0.1", 80)),
+            ..Default::default()
+        };
+        let mut repeated = rc("outbound|80||a");
+        repeated.name = "a:80".into();
+        let mut twice = repeated.virtual_hosts[0].clone();
+        twice.name = "b:80".into();
+        repeated.virtual_hosts.push(twice);
+        let view = View {
+            clusters: vec![Cluster {
+                name: "outbound|80||a".into(),
+                ..Default::default()
+            }],
+            listeners: vec![listener("10.0.0.1_80"), listener("other")],
+            routes: vec![repeated],
+            ..Default::default()
+        };
+        let found = check_view("t", &view);
+        let problems: BTreeSet<&str> = found.iter().map(|b| b.problem).collect();
+        assert_eq!(
+            problems,
+            [
+                "another listener has the same address",
+                "route configuration no listener asks for",
+                "domain appears twice in one route configuration",
+            ]
+            .into(),
             "{found:?}"
         );
     }

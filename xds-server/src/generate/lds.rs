@@ -1,20 +1,28 @@
 //! LDS: listeners.
 //!
 //! Sidecars get `virtualOutbound` (0.0.0.0:15001, original-destination hand-off, unknown
-//! traffic to `PassthroughCluster` or `BlackHoleCluster` per `outboundTrafficPolicy`), one
-//! `0.0.0.0_<port>` listener per outbound service port (not bound: traffic arrives through
-//! `virtualOutbound`) and `virtualInbound` (0.0.0.0:15006) with one filter chain per port
-//! of the workload itself. On an outbound port, TCP services with virtual IPs get a chain
-//! matching their IPs, TLS services without one a chain matching their SNI, and the
-//! default chain is the HTTP connection manager (RDS route config named by the port) when
-//! an HTTP service uses the port, else the port's single TCP service without an IP, else
-//! passthrough/blackhole.
+//! traffic to `PassthroughCluster` or `BlackHoleCluster` per `outboundTrafficPolicy`),
+//! outbound listeners that are not bound (traffic arrives through `virtualOutbound`, which
+//! hands a connection to the listener of its exact address, else to `0.0.0.0_<port>`), and
+//! `virtualInbound` (0.0.0.0:15006) with one filter chain per port of the workload itself.
+//!
+//! Outbound, as [`outbound_ports`] decides per port:
+//! - each Kubernetes service with a virtual IP gets `<ip>_<port>`: an HTTP connection
+//!   manager asking RDS for the service's own route configuration `<fqdn>:<port>`, or the
+//!   service's tcp_proxy. Adding or removing a service adds or removes its listeners and
+//!   touches no other;
+//! - `0.0.0.0_<port>` carries everything else on a port that has an HTTP service or a
+//!   shared one: TCP services with addresses (CIDRs, ServiceEntry IPs) get a chain matching
+//!   them, TLS services without one a chain matching their SNI, and the default chain is
+//!   the HTTP connection manager with the port's catch-all route configuration (named by
+//!   the port, routing by Host) when an HTTP service uses the port, else the port's single
+//!   TCP service without an address, else passthrough/blackhole.
 //!
 //! Proxyless gRPC gets one `api_listener` per `<fqdn>:<port>`: an HTTP connection manager
 //! fetching the route configuration of the same name from ADS, with the fault filter and
 //! the router (last, as gRPC requires).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 use envoy_types::pb::envoy::config::core::v3::{CidrRange, TrafficDirection};
 use envoy_types::pb::envoy::config::listener::v3::{
@@ -46,7 +54,7 @@ use pilotfish_mesh::push_context::PushContext;
 use super::eds::socket_address;
 use super::findings::{Finding, RouteKind};
 use super::names;
-use super::plan::{ClusterPlan, OutboundPlan};
+use super::plan::{ClusterPlan, OutboundPlan, OutboundPort, outbound_ports};
 use super::route::{
     CORS_FILTER, FAULT_FILTER, ROUTER_FILTER, RouteEnv, destination_cluster, http_filter,
     normalized_weights,
@@ -91,24 +99,68 @@ pub fn sidecar_outbound_listeners(
         ..Default::default()
     }];
 
-    let mut by_port: BTreeMap<u32, Vec<&ClusterPlan>> = BTreeMap::new();
-    for c in plan.clusters.iter().filter(|c| c.subset.is_empty()) {
-        by_port.entry(c.port.port).or_default().push(c);
-    }
-    for (port, services) in by_port {
-        out.push(outbound_port_listener(
-            push, proxy, plan, port, &services, unknown, findings,
-        ));
+    for (port, services) in outbound_ports(plan) {
+        for (c, ips) in &services.own_listeners {
+            for ip in ips {
+                out.push(own_listener(push, proxy, plan, c, ip, port, findings));
+            }
+        }
+        if services.has_http() || !services.shared.is_empty() {
+            out.push(shared_port_listener(
+                push, proxy, plan, port, &services, unknown, findings,
+            ));
+        }
     }
     out
 }
 
-fn outbound_port_listener(
+/// `<ip>_<port>`: the listener of one service's virtual IP.
+fn own_listener(
+    push: &PushContext,
+    proxy: &Proxy,
+    plan: &OutboundPlan,
+    c: &ClusterPlan,
+    ip: &str,
+    port: u32,
+    findings: &mut Vec<Finding>,
+) -> Listener {
+    let name = names::vip_listener(ip, port);
+    let filter = if c.port.protocol.is_http() {
+        hcm_filter(
+            format!("outbound_{name}"),
+            RouteSpecifier::Rds(Rds {
+                config_source: Some(ads_config_source(true)),
+                route_config_name: names::host_port(&c.service.hostname, port),
+            }),
+            sidecar_http_filters(),
+        )
+    } else {
+        tcp_destination(push, proxy, plan, c, port, findings)
+    };
+    Listener {
+        name: name.clone(),
+        address: Some(socket_address(ip, port)),
+        // Traffic reaches it through virtualOutbound's original-destination hand-off.
+        bind_to_port: bool_value(false),
+        traffic_direction: TrafficDirection::Outbound as i32,
+        // One chain; unnamed, as the listener's name says what it is (1,000 services make
+        // 1,000 of these, so every byte counts in a SotW listener response).
+        filter_chains: vec![FilterChain {
+            filters: vec![filter],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// `0.0.0.0_<port>`: every service of the port without a listener of its own, and the
+/// port's HTTP catch-all.
+fn shared_port_listener(
     push: &PushContext,
     proxy: &Proxy,
     plan: &OutboundPlan,
     port: u32,
-    services: &[&ClusterPlan],
+    services: &OutboundPort<'_>,
     unknown: &str,
     findings: &mut Vec<Finding>,
 ) -> Listener {
@@ -116,8 +168,12 @@ fn outbound_port_listener(
     let mut claimed_ips: HashSet<String> = HashSet::new();
     let mut claimed_snis: HashSet<String> = HashSet::new();
     let mut default_tcp: Vec<&ClusterPlan> = Vec::new();
-    let has_http = services.iter().any(|c| c.port.protocol.is_http());
-    for c in services.iter().filter(|c| !c.port.protocol.is_http()) {
+    for c in services
+        .shared
+        .iter()
+        .copied()
+        .filter(|c| !c.port.protocol.is_http())
+    {
         let tcp = tcp_destination(push, proxy, plan, c, port, findings);
         let ranges: Vec<CidrRange> = c
             .service
@@ -155,7 +211,7 @@ fn outbound_port_listener(
             default_tcp.push(c);
         }
     }
-    let default_filter = if has_http {
+    let default_filter = if services.has_http() {
         hcm_filter(
             format!("outbound_0.0.0.0_{port}"),
             RouteSpecifier::Rds(Rds {

@@ -1,8 +1,8 @@
 //! Resource names, as Istio spells them (DESIGN.md "xDS conventions"): clusters
 //! `outbound|<port>|<subset>|<fqdn>` and `inbound|<port>||`, sidecar listeners
-//! `virtualOutbound`, `virtualInbound` and `0.0.0.0_<port>`, route configs named by port,
-//! proxyless listeners and route configs `<fqdn>:<port>`; and the virtual host domains
-//! Istio lists for a service.
+//! `virtualOutbound`, `virtualInbound`, `0.0.0.0_<port>` and `<ip>_<port>`, the catch-all
+//! route config of a port named by the port, a service's own route config and proxyless
+//! listeners `<fqdn>:<port>`; and the virtual host domains Istio lists for a service.
 
 use pilotfish_mesh::model::Service;
 
@@ -39,12 +39,19 @@ pub fn outbound_listener(port: u32) -> String {
     format!("0.0.0.0_{port}")
 }
 
-/// The name of a sidecar's route configuration for an outbound HTTP port.
+/// `<ip>_<port>`: a sidecar's outbound listener for one virtual IP of a service (Istio's
+/// name: the bind address as written, IPv6 without brackets).
+pub fn vip_listener(ip: &str, port: u32) -> String {
+    format!("{ip}_{port}")
+}
+
+/// The name of a sidecar's catch-all route configuration for an outbound HTTP port.
 pub fn sidecar_route(port: u32) -> String {
     port.to_string()
 }
 
-/// `<fqdn>:<port>`: a proxyless client's listener and route configuration.
+/// `<fqdn>:<port>`: a proxyless client's listener and route configuration, and a sidecar's
+/// route configuration for a service with listeners of its own.
 pub fn host_port(host: &str, port: u32) -> String {
     format!("{host}:{port}")
 }
@@ -133,6 +140,12 @@ mod tests {
         );
         assert_eq!(parse_outbound_cluster("inbound|80||"), None);
         assert_eq!(inbound_cluster(8080), "inbound|8080||");
+        assert_eq!(vip_listener("10.96.0.1", 80), "10.96.0.1_80");
+        assert_eq!(
+            vip_listener("fd00::1", 80),
+            "fd00::1_80",
+            "as Istio: no brackets"
+        );
         assert_eq!(
             parse_host_port("a.b.svc.cluster.local:50051"),
             Some(("a.b.svc.cluster.local", 50051))

@@ -3,12 +3,18 @@
 //! merged traffic policy and how the proxy discovers its endpoints. CDS, EDS, LDS and RDS
 //! are all derived from one plan, so a route can only name a cluster that CDS sends and
 //! every EDS cluster gets its ClusterLoadAssignment.
+//!
+//! [`outbound_ports`] then decides, once for LDS and RDS, how a sidecar reaches each
+//! whole-service cluster of a port: by its own listener per virtual IP (`<ip>_<port>`,
+//! Kubernetes ClusterIP services), or through the port's shared `0.0.0.0_<port>`
+//! listener (everything else: routed by Host for HTTP, by address or as the port's
+//! default for TCP).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use pilotfish_mesh::api::{Labels, SimpleLb};
-use pilotfish_mesh::model::{Protocol, Proxy, Resolution, Service, ServicePort};
+use pilotfish_mesh::model::{Protocol, Proxy, Resolution, Service, ServiceOrigin, ServicePort};
 use pilotfish_mesh::push_context::{EffectiveDestinationRule, PushContext};
 
 use super::findings::{Downgrade, Finding};
@@ -125,6 +131,80 @@ pub fn outbound_plan(
     OutboundPlan::from_clusters(clusters)
 }
 
+/// How a sidecar reaches the whole-service clusters of one outbound port.
+#[derive(Debug, Default)]
+pub struct OutboundPort<'a> {
+    /// Services with a listener of their own per virtual IP (`<ip>_<port>`, reached
+    /// through `virtualOutbound`'s original-destination hand-off), with those IPs. An HTTP
+    /// one gets a route configuration of its own (`<fqdn>:<port>`), so editing its routing
+    /// changes nothing else.
+    pub own_listeners: Vec<(&'a ClusterPlan, Vec<String>)>,
+    /// Everything else, reached through the port's `0.0.0.0_<port>` listener: headless
+    /// services, ServiceEntries, ExternalName aliases, wildcard hosts. Their HTTP virtual
+    /// hosts are in the port's catch-all route configuration (named by the port), which
+    /// routes by Host.
+    pub shared: Vec<&'a ClusterPlan>,
+}
+
+impl OutboundPort<'_> {
+    /// Whether any service of the port speaks HTTP (the shared listener then runs an HTTP
+    /// connection manager with the catch-all route configuration).
+    pub fn has_http(&self) -> bool {
+        self.own_listeners
+            .iter()
+            .map(|(c, _)| *c)
+            .chain(self.shared.iter().copied())
+            .any(|c| c.port.protocol.is_http())
+    }
+}
+
+/// The outbound ports of a plan, each with its services sorted by host name. A Kubernetes
+/// service with a virtual IP gets its own listener on each of its IPs (dual-stack: two),
+/// as Istio gives TCP services; an IP already claimed on the port (two services cannot
+/// share one, but a snapshot taken between a delete and a re-create could list both)
+/// stays with the first service by host name, and a service left with no IP of its own is
+/// shared. ServiceEntry addresses are not used for listeners: clients commonly reach those
+/// hosts at addresses DNS gives them, so they are routed by Host, as Istio routes every
+/// HTTP service.
+pub fn outbound_ports(plan: &OutboundPlan) -> BTreeMap<u32, OutboundPort<'_>> {
+    let mut by_port: BTreeMap<u32, Vec<&ClusterPlan>> = BTreeMap::new();
+    for c in plan.clusters.iter().filter(|c| c.subset.is_empty()) {
+        by_port.entry(c.port.port).or_default().push(c);
+    }
+    by_port
+        .into_iter()
+        .map(|(port, mut services)| {
+            services.sort_by(|a, b| a.service.hostname.cmp(&b.service.hostname));
+            let mut claimed: HashSet<&str> = HashSet::new();
+            let mut out = OutboundPort::default();
+            for c in services {
+                let ips: Vec<String> = own_listener_ips(&c.service)
+                    .filter(|ip| claimed.insert(ip))
+                    .map(str::to_string)
+                    .collect();
+                if ips.is_empty() {
+                    out.shared.push(c);
+                } else {
+                    out.own_listeners.push((c, ips));
+                }
+            }
+            (port, out)
+        })
+        .collect()
+}
+
+/// The addresses a service may get its own listeners on: the IPs (not CIDRs) of a
+/// Kubernetes service. Headless and ExternalName services have none.
+fn own_listener_ips(service: &Service) -> impl Iterator<Item = &str> {
+    let kubernetes = service.origin == ServiceOrigin::Kubernetes;
+    service
+        .addresses
+        .iter()
+        .filter(move |_| kubernetes)
+        .filter(|a| a.parse::<std::net::IpAddr>().is_ok())
+        .map(String::as_str)
+}
+
 /// How `service` is discovered; `None` when the flavour cannot use it at all.
 fn discovery(
     service: &Service,
@@ -160,5 +240,123 @@ fn discovery(
                 None
             }
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pilotfish_mesh::document::{parse_text, to_inputs};
+    use pilotfish_mesh::push_context::{BuildInputs, build};
+
+    const MESH: &str = "\
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  clusterIPs: [10.96.0.1, 'fd00::1']
+  ports: [{name: http, port: 80}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: db, namespace: shop}
+spec:
+  clusterIP: 10.96.0.2
+  ports: [{name: tcp, port: 80}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: pods, namespace: shop}
+spec:
+  clusterIP: None
+  ports: [{name: http, port: 80}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: alias, namespace: shop}
+spec:
+  type: ExternalName
+  externalName: example.com
+  ports: [{name: http, port: 80}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: vm, namespace: shop}
+spec:
+  hosts: [vm.internal]
+  addresses: [240.0.0.1]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  endpoints: [{address: 10.2.0.1}]
+";
+
+    fn plan(yaml: &str) -> OutboundPlan {
+        let parsed = parse_text(std::path::Path::new("t.yaml"), yaml);
+        assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+        let inputs = to_inputs(
+            &parsed.objects,
+            BuildInputs {
+                cluster_domain: "cluster.local".into(),
+                ..Default::default()
+            },
+        );
+        let built = build(&inputs, None);
+        assert!(built.errors().next().is_none(), "{:?}", built.findings);
+        let proxy = Proxy {
+            namespace: "shop".into(),
+            ..Proxy::with_defaults("p")
+        };
+        outbound_plan(&built.context, &proxy, Flavor::Sidecar, &mut Vec::new())
+    }
+
+    fn layout(plan: &OutboundPlan) -> (Vec<(String, Vec<String>)>, Vec<String>) {
+        let ports = outbound_ports(plan);
+        let port = &ports[&80];
+        (
+            port.own_listeners
+                .iter()
+                .map(|(c, ips)| (c.service.name.clone(), ips.clone()))
+                .collect(),
+            port.shared.iter().map(|c| c.service.name.clone()).collect(),
+        )
+    }
+
+    #[test]
+    fn kubernetes_virtual_ips_get_listeners_everything_else_is_shared() {
+        let (own, shared) = layout(&plan(MESH));
+        assert_eq!(
+            own,
+            [
+                ("db".to_string(), vec!["10.96.0.2".to_string()]),
+                (
+                    "web".to_string(),
+                    vec!["10.96.0.1".to_string(), "fd00::1".to_string()]
+                ),
+            ],
+            "one listener per IP, dual-stack included; TCP too"
+        );
+        assert_eq!(shared, ["alias", "pods", "vm"]);
+    }
+
+    #[test]
+    fn an_address_is_claimed_once() {
+        let twin = format!(
+            "{MESH}---
+apiVersion: v1
+kind: Service
+metadata: {{name: aaa, namespace: shop}}
+spec:
+  clusterIP: 10.96.0.1
+  ports: [{{name: http, port: 80}}]
+"
+        );
+        let (own, shared) = layout(&plan(&twin));
+        assert_eq!(own[0], ("aaa".to_string(), vec!["10.96.0.1".to_string()]));
+        assert!(
+            own.iter()
+                .any(|(name, ips)| name == "web" && ips == &["fd00::1".to_string()]),
+            "{own:?}"
+        );
+        assert!(!shared.contains(&"web".to_string()));
     }
 }

@@ -1,9 +1,18 @@
 //! RDS: route configurations.
 //!
-//! Sidecars get one per outbound HTTP port, named by the port (`"9080"`), with one virtual
-//! host per visible service on that port (domains as Istio lists them, each claimed once),
-//! one per VirtualService host that is not a service, and a catch-all: `allow_any` to
-//! `PassthroughCluster` (mesh `ALLOW_ANY`) or `block_all` answering 502 (`REGISTRY_ONLY`).
+//! Sidecars get, per outbound HTTP port (see [`outbound_ports`]):
+//! - for each service with listeners of its own (`<ip>_<port>`), a route configuration
+//!   of its own, `<fqdn>:<port>` (Istio's name for a service's own route): the service's
+//!   virtual host (domains as Istio lists them) and the fallback below. One
+//!   VirtualService edit changes one of these; SotW and delta streams get that one only;
+//! - the port's catch-all, named by the port (`"9080"`), used by `0.0.0.0_<port>` and
+//!   routing by Host: one virtual host per shared service (headless, ServiceEntry,
+//!   ExternalName, wildcard hosts), one per VirtualService host that is not a service, and
+//!   the fallback.
+//!
+//! The fallback is `allow_any` to `PassthroughCluster` (mesh `ALLOW_ANY`) or `block_all`
+//! answering 502 (`REGISTRY_ONLY`).
+//!
 //! Proxyless clients get one per service port, named `<fqdn>:<port>`, with a single
 //! virtual host whose domains include `<fqdn>:<port>` (what gRPC matches) and the bare
 //! names. Routes come from the VirtualService for the host (`http[]` in order), or the
@@ -19,27 +28,10 @@ use pilotfish_mesh::push_context::{PushContext, VirtualServiceConfig};
 
 use super::findings::Finding;
 use super::names;
-use super::plan::{ClusterPlan, OutboundPlan};
+use super::plan::{ClusterPlan, OutboundPlan, outbound_ports};
 use super::route::{RouteEnv, catch_all_route, default_route, http_route};
 use super::scope::Flavor;
 use super::util::bool_value;
-
-/// The whole-service clusters of HTTP ports, by port: the services that get a virtual
-/// host in that port's route configuration (and an HTTP connection manager in LDS).
-pub fn http_ports(plan: &OutboundPlan) -> BTreeMap<u32, Vec<&ClusterPlan>> {
-    let mut out: BTreeMap<u32, Vec<&ClusterPlan>> = BTreeMap::new();
-    for c in plan
-        .clusters
-        .iter()
-        .filter(|c| c.subset.is_empty() && c.port.protocol.is_http())
-    {
-        out.entry(c.port.port).or_default().push(c);
-    }
-    for list in out.values_mut() {
-        list.sort_by(|a, b| a.service.hostname.cmp(&b.service.hostname));
-    }
-    out
-}
 
 /// A sidecar's route configurations; what translation noticed goes to `findings`.
 pub fn sidecar_route_configs(
@@ -49,74 +41,110 @@ pub fn sidecar_route_configs(
     findings: &mut Vec<Finding>,
 ) -> Vec<RouteConfiguration> {
     let vs_only_hosts = virtual_service_only_hosts(push, proxy);
-    http_ports(plan)
-        .into_iter()
-        .map(|(port, services)| {
-            let env = RouteEnv {
-                push,
-                proxy,
-                plan,
-                port,
-            };
-            let mut claimed = HashSet::new();
+    let mut out = Vec::new();
+    for (port, services) in outbound_ports(plan) {
+        if !services.has_http() {
+            continue;
+        }
+        let env = RouteEnv {
+            push,
+            proxy,
+            plan,
+            port,
+        };
+        for (c, _) in services
+            .own_listeners
+            .iter()
+            .filter(|(c, _)| c.port.protocol.is_http())
+        {
             let mut vhosts = Vec::new();
-            for c in services {
-                let domains = names::service_domains(
-                    &c.service,
-                    port,
-                    &proxy.namespace,
-                    push.cluster_domain(),
-                );
-                let routes = service_routes(&env, &c.service, &c.name, Flavor::Sidecar, findings);
-                push_vhost(
-                    &mut vhosts,
-                    &mut claimed,
-                    names::host_port(&c.service.hostname, port),
-                    domains,
-                    routes,
-                    findings,
-                );
-            }
-            for (host, vs) in &vs_only_hosts {
-                let routes = http_routes(&env, &vs.spec.http, Flavor::Sidecar, findings);
-                let domains = vec![names::host_port(host, port), host.clone()];
-                push_vhost(
-                    &mut vhosts,
-                    &mut claimed,
-                    names::host_port(host, port),
-                    domains,
-                    routes,
-                    findings,
-                );
-            }
-            vhosts.push(match push.mesh().outbound_traffic_policy {
-                OutboundTrafficPolicy::AllowAny => VirtualHost {
-                    name: "allow_any".to_string(),
-                    domains: vec!["*".to_string()],
-                    routes: vec![catch_all_route(
-                        "allow_any",
-                        Some(names::PASSTHROUGH_CLUSTER),
-                        0,
-                    )],
-                    ..Default::default()
-                },
-                OutboundTrafficPolicy::RegistryOnly => VirtualHost {
-                    name: "block_all".to_string(),
-                    domains: vec!["*".to_string()],
-                    routes: vec![catch_all_route("block_all", None, 502)],
-                    ..Default::default()
-                },
-            });
-            RouteConfiguration {
-                name: names::sidecar_route(port),
-                virtual_hosts: vhosts,
-                // Istio's choice: a route to a cluster that is not (yet) there must not
-                // reject the whole configuration.
-                validate_clusters: bool_value(false),
-                ..Default::default()
-            }
-        })
-        .collect()
+            let mut claimed = HashSet::new();
+            push_service_vhost(&env, c, &mut vhosts, &mut claimed, findings);
+            vhosts.push(fallback_vhost(push));
+            out.push(route_configuration(
+                names::host_port(&c.service.hostname, port),
+                vhosts,
+            ));
+        }
+        let mut claimed = HashSet::new();
+        let mut vhosts = Vec::new();
+        for c in services.shared.iter().filter(|c| c.port.protocol.is_http()) {
+            push_service_vhost(&env, c, &mut vhosts, &mut claimed, findings);
+        }
+        for (host, vs) in &vs_only_hosts {
+            let routes = http_routes(&env, &vs.spec.http, Flavor::Sidecar, findings);
+            let domains = vec![names::host_port(host, port), host.clone()];
+            push_vhost(
+                &mut vhosts,
+                &mut claimed,
+                names::host_port(host, port),
+                domains,
+                routes,
+                findings,
+            );
+        }
+        vhosts.push(fallback_vhost(push));
+        out.push(route_configuration(names::sidecar_route(port), vhosts));
+    }
+    out
+}
+
+fn route_configuration(name: String, virtual_hosts: Vec<VirtualHost>) -> RouteConfiguration {
+    RouteConfiguration {
+        name,
+        virtual_hosts,
+        // Istio's choice: a route to a cluster that is not (yet) there must not reject the
+        // whole configuration.
+        validate_clusters: bool_value(false),
+        ..Default::default()
+    }
+}
+
+/// The virtual host of one service on the environment's port.
+fn push_service_vhost(
+    env: &RouteEnv<'_>,
+    c: &ClusterPlan,
+    vhosts: &mut Vec<VirtualHost>,
+    claimed: &mut HashSet<String>,
+    findings: &mut Vec<Finding>,
+) {
+    let domains = names::service_domains(
+        &c.service,
+        env.port,
+        &env.proxy.namespace,
+        env.push.cluster_domain(),
+    );
+    let routes = service_routes(env, &c.service, &c.name, Flavor::Sidecar, findings);
+    push_vhost(
+        vhosts,
+        claimed,
+        names::host_port(&c.service.hostname, env.port),
+        domains,
+        routes,
+        findings,
+    );
+}
+
+/// What a request no virtual host claims gets, per the mesh's `outboundTrafficPolicy`.
+fn fallback_vhost(push: &PushContext) -> VirtualHost {
+    match push.mesh().outbound_traffic_policy {
+        OutboundTrafficPolicy::AllowAny => VirtualHost {
+            name: "allow_any".to_string(),
+            domains: vec!["*".to_string()],
+            routes: vec![catch_all_route(
+                "allow_any",
+                Some(names::PASSTHROUGH_CLUSTER),
+                0,
+            )],
+            ..Default::default()
+        },
+        OutboundTrafficPolicy::RegistryOnly => VirtualHost {
+            name: "block_all".to_string(),
+            domains: vec!["*".to_string()],
+            routes: vec![catch_all_route("block_all", None, 502)],
+            ..Default::default()
+        },
+    }
 }
 
 /// A proxyless client's route configurations, one per whole-service cluster; what

@@ -3,9 +3,12 @@
 //! before it can be sent (a route answers 503, a TCP chain goes to `BlackHoleCluster`).
 //! A broken reference is a bug: each replacement is returned as a [`Finding`], which the
 //! snapshot logs at error level and counts in `pilotfish_xds_inconsistent_references_total`.
-//! Also what the references of a route configuration or listener are, which the audit
-//! reads too.
+//! Also what the references of a route configuration or listener are, and a listener's
+//! address, which the audit reads too.
 
+use std::collections::HashSet;
+
+use envoy_types::pb::envoy::config::core::v3::{address, socket_address::PortSpecifier};
 use envoy_types::pb::envoy::config::listener::v3::{Filter, Listener, filter};
 use envoy_types::pb::envoy::config::route::v3::{
     DirectResponseAction, RouteConfiguration, route::Action, route_action::ClusterSpecifier,
@@ -97,6 +100,21 @@ pub(crate) fn listener_references(l: &Listener) -> (Vec<String>, Vec<String>) {
     (clusters, rds)
 }
 
+/// `ip:port` of a listener bound to a socket address (api listeners have none).
+pub(crate) fn listener_address(l: &Listener) -> Option<String> {
+    match l.address.as_ref()?.address.as_ref()? {
+        address::Address::SocketAddress(a) => {
+            let port = match a.port_specifier {
+                Some(PortSpecifier::PortValue(p)) => p.to_string(),
+                Some(PortSpecifier::NamedPort(ref n)) => n.clone(),
+                None => String::new(),
+            };
+            Some(format!("{}:{port}", a.address))
+        }
+        _ => None,
+    }
+}
+
 fn broken(reference: String, kind: &'static str) -> Finding {
     Finding::InconsistentReference { reference, kind }
 }
@@ -148,12 +166,21 @@ pub fn sanitize_routes(
 }
 
 /// Points every tcp_proxy naming an unknown cluster at `BlackHoleCluster` (sidecars
-/// always have it). Returns each broken reference.
+/// always have it) and drops a listener whose address an earlier one has (Envoy would
+/// reject the response). Returns each broken reference.
 pub fn sanitize_listeners(
-    listeners: &mut [Listener],
+    listeners: &mut Vec<Listener>,
     known: &dyn Fn(&str) -> bool,
 ) -> Vec<Finding> {
     let mut found = Vec::new();
+    let mut addresses = HashSet::new();
+    listeners.retain(|l| {
+        let unique = listener_address(l).is_none_or(|a| addresses.insert(a));
+        if !unique {
+            found.push(broken(format!("{} address taken", l.name), "lds"));
+        }
+        unique
+    });
     for l in listeners.iter_mut() {
         let name = l.name.clone();
         for chain in l
@@ -235,5 +262,33 @@ mod tests {
             configs[1].virtual_hosts[0].routes[0].action,
             Some(Action::Route(_))
         ));
+    }
+
+    #[test]
+    fn sanitize_drops_a_listener_on_a_taken_address() {
+        let listener = |name: &str, ip: &str| Listener {
+            name: name.into(),
+            address: Some(crate::generate::eds::socket_address(ip, 80)),
+            ..Default::default()
+        };
+        let mut listeners = vec![
+            listener("10.0.0.1_80", "10.0.0.1"),
+            listener("again", "10.0.0.1"),
+            listener("10.0.0.2_80", "10.0.0.2"),
+            Listener {
+                name: "api".into(),
+                ..Default::default()
+            },
+        ];
+        let found = sanitize_listeners(&mut listeners, &|_| true);
+        assert_eq!(
+            found,
+            [Finding::InconsistentReference {
+                reference: "again address taken".into(),
+                kind: "lds"
+            }]
+        );
+        let kept: Vec<&str> = listeners.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(kept, ["10.0.0.1_80", "10.0.0.2_80", "api"]);
     }
 }

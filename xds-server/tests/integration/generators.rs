@@ -192,8 +192,13 @@ fn route_config(snapshot: &GeneratedSnapshot, proxy: &Proxy, name: &str) -> Rout
 #[test]
 fn destinations_without_a_cluster_never_reach_the_output() {
     let snapshot = GeneratedSnapshot::new(Arc::new(push(SHOP)), 1, ChangeKind::Full);
-    // Sidecars keep the split and send the unknown share to BlackHoleCluster.
-    let rc = route_config(&snapshot, &sidecar("shop", &[]), "8080");
+    // Sidecars keep the split and send the unknown share to BlackHoleCluster (in cart's
+    // own route configuration: it has a virtual IP).
+    let rc = route_config(
+        &snapshot,
+        &sidecar("shop", &[]),
+        "cart.shop.svc.cluster.local:8080",
+    );
     let vh = rc
         .virtual_hosts
         .iter()
@@ -410,5 +415,57 @@ endpoints: [{{addresses: [{ip}]}}]
         snapshot.change_since(6),
         ChangeKind::Full,
         "a stream that missed a snapshot recomputes all"
+    );
+}
+
+/// A subset no DestinationRule defines does not reject its VirtualService (Istio judges
+/// each object alone): the route is served, and only the share sent to the missing
+/// subset fails — its cluster does not exist, so it goes to BlackHoleCluster (503), as
+/// Istio's missing cluster does.
+#[test]
+fn a_route_to_an_undefined_subset_answers_503_for_its_share_only() {
+    let yaml = format!(
+        "{}---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {{name: cart, namespace: shop}}
+spec:
+  host: cart
+  subsets: [{{name: v1, labels: {{version: v1}}}}]
+",
+        SHOP.replace(
+            "    - destination: {host: cart}\n      weight: 90\n    - destination: {host: nowhere.example.com, port: {number: 80}}\n      weight: 10\n",
+            "    - destination: {host: cart, subset: v1}\n      weight: 80\n    - destination: {host: cart, subset: v9}\n      weight: 20\n",
+        )
+    );
+    let snapshot = GeneratedSnapshot::new(Arc::new(push(&yaml)), 1, ChangeKind::Full);
+    // cart has a virtual IP: its routes are in its own route configuration.
+    let rc = route_config(
+        &snapshot,
+        &sidecar("shop", &[]),
+        "cart.shop.svc.cluster.local:8080",
+    );
+    let vh = rc
+        .virtual_hosts
+        .iter()
+        .find(|v| v.name.starts_with("cart."))
+        .expect("cart vhost");
+    let Some(Action::Route(action)) = &vh.routes[0].action else {
+        panic!("route action expected")
+    };
+    let Some(ClusterSpecifier::WeightedClusters(w)) = &action.cluster_specifier else {
+        panic!("weighted clusters expected")
+    };
+    let split: Vec<(&str, u32)> = w
+        .clusters
+        .iter()
+        .map(|c| (c.name.as_str(), c.weight.as_ref().map_or(0, |w| w.value)))
+        .collect();
+    assert_eq!(
+        split,
+        [
+            ("outbound|8080|v1|cart.shop.svc.cluster.local", 80),
+            ("BlackHoleCluster", 20)
+        ]
     );
 }

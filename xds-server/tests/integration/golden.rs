@@ -14,6 +14,10 @@ use std::process::Command;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::{
+    Address, SocketAddress, address, socket_address::PortSpecifier,
+};
+use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::{
     Route, RouteAction, RouteConfiguration, VirtualHost, route::Action,
     route_action::ClusterSpecifier,
@@ -49,6 +53,7 @@ const CASES: &[(&str, Option<&str>, &str)] = &[
     ("headless", None, "client"),
     ("registry-only", None, "client"),
     ("inbound", None, "client"),
+    ("catch-all", None, "client"),
 ];
 
 const TYPES: [(XdsType, &str); 4] = [
@@ -302,7 +307,35 @@ fn the_envoy_validation_checker_rejects_broken_resources() {
         }],
         ..Default::default()
     };
+    // Two virtual hosts listing one domain; no listener asks for the configuration.
+    let mut dangling = dangling;
+    let mut again = dangling.virtual_hosts[0].clone();
+    again.name = "b:80".into();
+    dangling.virtual_hosts.push(again);
+    // Two listeners on one address.
+    let on = |name: &str| Listener {
+        name: name.into(),
+        address: Some(Address {
+            address: Some(address::Address::SocketAddress(SocketAddress {
+                address: "10.0.0.1".into(),
+                port_specifier: Some(PortSpecifier::PortValue(80)),
+                ..Default::default()
+            })),
+        }),
+        ..Default::default()
+    };
     let responses: BTreeMap<&str, DiscoveryResponse> = [
+        (
+            "lds",
+            DiscoveryResponse {
+                type_url: Listener::type_url(),
+                resources: [on("10.0.0.1_80"), on("twin")]
+                    .iter()
+                    .map(|l| any(&|| (Listener::type_url(), l.encode_to_vec())))
+                    .collect(),
+                ..Default::default()
+            },
+        ),
         (
             "cds",
             DiscoveryResponse {
@@ -340,6 +373,9 @@ fn the_envoy_validation_checker_rejects_broken_resources() {
         "connect_timeout is not greater than",
         "names cluster 'outbound|80||missing', which CDS does not send",
         "Oneof path_specifier is required",
+        "listeners 10.0.0.1_80 and twin share the address 10.0.0.1:80",
+        "no listener asks RDS for route configuration '80'",
+        "route configuration '80' lists domain 'a' twice",
     ] {
         assert!(
             output.contains(expected),

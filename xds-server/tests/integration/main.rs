@@ -1,6 +1,7 @@
 //! Integration tests of `pilotfish-xds`: the real ADS server on 127.0.0.1, driven by a
 //! real tonic ADS client over a socket; the generators' golden files, checked by Envoy's
-//! own validation rules; and the generators' behaviour through the snapshot.
+//! own validation rules; the generators' behaviour through the snapshot; and the bytes
+//! one configuration change sends per sidecar (`push_bytes`).
 
 mod ads_backpressure;
 mod ads_delta;
@@ -8,3 +9,4 @@ mod ads_sotw;
 mod generators;
 mod golden;
 mod harness;
+mod push_bytes;

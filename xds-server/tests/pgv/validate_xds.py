@@ -4,8 +4,10 @@
    nested `google.protobuf.Any` of a known type (PGV's `validate()` does not open `Any`s);
    an `Any` whose type cannot be found fails, since Envoy would reject it too.
 2. Cross references PGV cannot see, within one proxy's view: every cluster a route or
-   listener names is in CDS, every route configuration a listener asks RDS for exists,
-   every EDS cluster gets a ClusterLoadAssignment, no name appears twice in a response.
+   listener names is in CDS, every route configuration a listener asks RDS for exists and
+   every one exists because a listener asks for it, every EDS cluster gets a
+   ClusterLoadAssignment, no name appears twice in a response, no two listeners share an
+   address, and no route configuration lists a domain or a virtual host name twice.
 
 Input: a directory tree of `<view>.<type>.pb` files (each an encoded
 envoy.service.discovery.v3.DiscoveryResponse), where `<type>` is cds, eds, lds or rds;
@@ -175,9 +177,8 @@ def check_view(view, resources, problems):
 
     clusters = names("cds", lambda c: c.name)
     assignments = names("eds", lambda c: c.cluster_name)
-    listeners = names("lds", lambda l: l.name)
+    names("lds", lambda l: l.name)
     routes = names("rds", lambda r: r.name)
-    del listeners
     for c in resources.get("cds", []):
         if c.type == cluster_pb2.Cluster.EDS:
             service = c.eds_cluster_config.service_name or c.name
@@ -187,14 +188,35 @@ def check_view(view, resources, problems):
         for where, cluster in route_clusters(rc):
             if cluster not in clusters:
                 problems.append(f"{view}: {where} names cluster {cluster!r}, which CDS does not send")
+    addresses = {}
+    asked_for = set()
     for listener in resources.get("lds", []):
+        if listener.HasField("address") and listener.address.HasField("socket_address"):
+            a = listener.address.socket_address
+            at = f"{a.address}:{a.port_value}"
+            if at in addresses:
+                problems.append(f"{view}: listeners {addresses[at]} and {listener.name} share the address {at}")
+            addresses.setdefault(at, listener.name)
         cs, rds = listener_references(listener)
+        asked_for.update(rds)
         for c in cs:
             if c not in clusters:
                 problems.append(f"{view}: listener {listener.name} names cluster {c!r}, which CDS does not send")
         for r in rds:
             if r not in routes:
                 problems.append(f"{view}: listener {listener.name} asks RDS for {r!r}, which does not exist")
+    for rc in resources.get("rds", []):
+        if rc.name not in asked_for:
+            problems.append(f"{view}: no listener asks RDS for route configuration {rc.name!r}")
+        vhosts, domains = set(), set()
+        for vh in rc.virtual_hosts:
+            if vh.name in vhosts:
+                problems.append(f"{view}: route configuration {rc.name!r} names virtual host {vh.name!r} twice")
+            vhosts.add(vh.name)
+            for d in vh.domains:
+                if d in domains:
+                    problems.append(f"{view}: route configuration {rc.name!r} lists domain {d!r} twice")
+                domains.add(d)
 
 
 def main(root):

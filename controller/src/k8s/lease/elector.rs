@@ -4,6 +4,14 @@
 //! [`Transition`]s; [`desired_spec`] is the Lease a write sends. Every rule is a plain
 //! unit test with a hand-driven clock.
 //!
+//! Every acquisition also yields an epoch floor ([`LeaseRecord::epoch_floor`]) for the
+//! snapshot bus: a number above the floor of every earlier acquisition of this Lease, by
+//! any process, derived only from what the API server persists (the Lease's creation time
+//! and `leaseTransitions`), so it survives a Redis that restarted empty. For that, unlike
+//! client-go, every acquisition counts as a transition — also re-taking a claim that still
+//! names us — and identities are unique per process (`cli::unique_identity`), so no two
+//! processes ever take the same claim for theirs.
+//!
 //! The rules follow client-go's leader election. Expiry is judged on our monotonic
 //! clock from the moment we *observed* a record change, never from the `renewTime` a
 //! holder wrote (clocks of two machines differ). A leader renews every retry period and
@@ -92,9 +100,17 @@ pub struct LeaseRecord {
     pub acquire_time: Option<Timestamp>,
     pub renew_time: Option<Timestamp>,
     pub transitions: i32,
+    /// When the API server created the Lease object (a recreated Lease starts its
+    /// transitions again at 0, under a later creation time).
+    pub created: Option<Timestamp>,
     /// For the optimistic-concurrency precondition of our next write.
     pub resource_version: Option<String>,
 }
+
+/// How many acquisitions of one Lease object the epoch floor tells apart: 2^21. With the
+/// creation time in seconds above them, floors stay below 2^53 (exact in Redis' Lua
+/// numbers) until the year 2106.
+const TRANSITIONS_PER_SECOND_OF_CREATION: u64 = 1 << 21;
 
 impl LeaseRecord {
     /// Reads a Lease; `default_duration` stands in for a missing `leaseDurationSeconds`.
@@ -111,8 +127,27 @@ impl LeaseRecord {
             acquire_time: spec.acquire_time.map(|t| t.0),
             renew_time: spec.renew_time.map(|t| t.0),
             transitions: spec.lease_transitions.unwrap_or(0),
+            created: lease.metadata.creation_timestamp.as_ref().map(|t| t.0),
             resource_version: lease.metadata.resource_version.clone(),
         }
+    }
+
+    /// The epoch floor of the acquisition this record shows: `created (s) · 2^21 +
+    /// leaseTransitions`. Later acquisitions of the same Lease have more transitions; a
+    /// Lease deleted and created again has a later creation time, which outweighs any
+    /// count of transitions (only a re-creation within the same second as the original
+    /// creation could go lower; the Redis counter still fences that case while Redis
+    /// keeps its data).
+    pub fn epoch_floor(&self) -> u64 {
+        let created = self
+            .created
+            .map_or(0, |t| u64::try_from(t.as_second()).unwrap_or(0));
+        let transitions = u64::try_from(self.transitions)
+            .unwrap_or(0)
+            .min(TRANSITIONS_PER_SECOND_OF_CREATION - 1);
+        created
+            .saturating_mul(TRANSITIONS_PER_SECOND_OF_CREATION)
+            .saturating_add(transitions)
     }
 
     /// Whether `other` is the same claim as `self`: a standby restarts its expiry clock
@@ -238,9 +273,25 @@ pub struct Leadership {
     /// The holder as last observed.
     pub holder: Option<String>,
     pub transitions: i32,
+    /// While leading: the epoch floor of our acquisition ([`LeaseRecord::epoch_floor`]),
+    /// the epoch the publisher takes for this term. 0 otherwise.
+    pub epoch_floor: u64,
 }
 
 impl Leadership {
+    /// A standby's view before anything is known.
+    pub fn standby(identity: impl Into<String>) -> Self {
+        Leadership {
+            identity: identity.into(),
+            leader: false,
+            valid_until: None,
+            term: 0,
+            holder: None,
+            transitions: 0,
+            epoch_floor: 0,
+        }
+    }
+
     /// The claim check made before every publish and every status write.
     pub fn holds(&self, now: Instant) -> bool {
         self.leader && self.valid_until.is_some_and(|until| now < until)
@@ -286,9 +337,13 @@ impl Elector {
             }
             Role::Follower => (false, None),
         };
-        let (holder, transitions) = match &self.seen {
-            Seen::Present { record, .. } => (record.holder.clone(), record.transitions),
-            _ => (None, 0),
+        let (holder, transitions, floor) = match &self.seen {
+            Seen::Present { record, .. } => (
+                record.holder.clone(),
+                record.transitions,
+                record.epoch_floor(),
+            ),
+            _ => (None, 0, 0),
         };
         Leadership {
             identity: self.identity.clone(),
@@ -297,6 +352,7 @@ impl Elector {
             term: self.term,
             holder,
             transitions,
+            epoch_floor: if leader { floor } else { 0 },
         }
     }
 
@@ -505,18 +561,9 @@ pub fn desired_spec(
             ..Default::default()
         },
         WriteKind::Acquire => {
-            let held_by_other = base
-                .and_then(|b| b.holder.as_deref())
-                .is_some_and(|h| h != identity);
-            // Taking over a holder's (or a released) claim is a transition; re-taking our
-            // own claim after a restart is not.
-            let transitions = if base.and_then(|b| b.holder.as_deref()) == Some(identity) {
-                transitions
-            } else if held_by_other || base.is_some_and(|b| b.holder.is_none()) {
-                transitions.saturating_add(1)
-            } else {
-                transitions
-            };
+            // Every acquisition is a transition, re-taking a claim that still names us
+            // too: each acquisition must have an epoch floor of its own.
+            let transitions = transitions.saturating_add(1);
             LeaseSpec {
                 holder_identity: Some(identity.to_string()),
                 lease_duration_seconds: Some(timings.lease_duration_seconds()),
@@ -567,6 +614,7 @@ mod tests {
             acquire_time: None,
             renew_time: Some(Timestamp::from_second(renew_secs).unwrap()),
             transitions: 0,
+            created: Some(Timestamp::from_second(1_000).unwrap()),
             resource_version: Some(rv.to_string()),
         }
     }
@@ -637,7 +685,7 @@ mod tests {
     }
 
     #[test]
-    fn our_own_claim_from_a_previous_run_is_retaken_at_once_without_a_transition() {
+    fn our_own_claim_is_retaken_at_once_as_a_transition_of_its_own() {
         let t0 = Instant::now();
         let mut e = Elector::new("a", timings());
         let mut record = mk_record(Some("a"), "3", 100);
@@ -646,7 +694,41 @@ mod tests {
         let w = expect_write(e.tick(t0).1);
         assert_eq!(w.kind, WriteKind::Acquire);
         let spec = desired_spec(&w, "a", &timings(), Timestamp::UNIX_EPOCH);
-        assert_eq!(spec.lease_transitions, Some(4));
+        assert_eq!(
+            spec.lease_transitions,
+            Some(5),
+            "a new term needs a floor above the last one"
+        );
+    }
+
+    #[test]
+    fn every_acquisition_has_a_higher_epoch_floor_even_of_a_recreated_lease() {
+        let t0 = Instant::now();
+        let mut e = Elector::new("a", timings());
+        assert_eq!(e.leadership().epoch_floor, 0, "a standby has none");
+        let mut record = mk_record(Some("b"), "3", 100);
+        record.transitions = 6;
+        let before = record.epoch_floor();
+        assert_eq!(before, 1_000 * (1 << 21) + 6);
+        e.observe(Some(record.clone()), t0);
+        let w = expect_write(e.tick(t0 + 15 * S).1);
+        let mut taken = record.clone();
+        taken.holder = Some("a".into());
+        taken.transitions = desired_spec(&w, "a", &timings(), Timestamp::UNIX_EPOCH)
+            .lease_transitions
+            .unwrap();
+        e.on_written(&w, WriteResult::Written(taken), t0 + 15 * S, t0 + 15 * S);
+        let floor = e.leadership().epoch_floor;
+        assert!(floor > before, "{floor} after {before}");
+        // The Lease was deleted and created again (later), transitions back to 0.
+        let mut recreated = mk_record(Some("c"), "1", 100);
+        recreated.created = Some(Timestamp::from_second(1_001).unwrap());
+        recreated.transitions = 0;
+        assert!(recreated.epoch_floor() > floor);
+        // Floors stay exact in Redis' Lua numbers (below 2^53) until 2106.
+        recreated.created = Some(Timestamp::from_second(u32::MAX as i64).unwrap());
+        recreated.transitions = i32::MAX;
+        assert!(recreated.epoch_floor() < 1 << 53);
     }
 
     #[test]

@@ -83,6 +83,68 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
+{{/* The Secret holding the Redis password, if any (bundled: generated or yours). */}}
+{{- define "pilotfish.redis.passwordSecret" -}}
+{{- if .Values.redis.bundled.enabled }}
+{{- default (printf "%s-redis-auth" (include "pilotfish.fullname" .)) .Values.redis.bundled.auth.existingSecret }}
+{{- else }}
+{{- .Values.redis.external.existingSecret }}
+{{- end }}
+{{- end }}
+
+{{- define "pilotfish.redis.passwordKey" -}}
+{{- if .Values.redis.bundled.enabled }}
+{{- .Values.redis.bundled.auth.existingSecretPasswordKey }}
+{{- else }}
+{{- .Values.redis.external.existingSecretPasswordKey }}
+{{- end }}
+{{- end }}
+
+{{/*
+The bundled Redis' maxmemory: room for every blob Redis can hold at once — the newest 5
+retained, at most 5 superseded (shared/src/bus/redis: K and M), one being written — each at
+most snapshots.maxBlobMiB and rounded up by the allocator (a quarter more at worst), plus
+about two blobs of transfer buffers (a publish's query buffer, replies to replicas) and
+64 MiB for the rest: 16 blobs + 64 MiB (tested with 1 MiB blobs in
+bus_redis::endpoint_churn_cannot_fill_redis: 11 blobs peak near 30 MB). Endpoint churn cannot exceed it: superseded blobs beyond M are deleted at
+once, whatever the publish rate. Independent of the replica count, so scaling the replicas
+does not restart Redis.
+*/}}
+{{- define "pilotfish.redis.maxmemory" -}}
+{{- if .Values.redis.bundled.maxmemory }}
+{{- .Values.redis.bundled.maxmemory }}
+{{- else }}
+{{- printf "%dmb" (add (mul 16 (int .Values.snapshots.maxBlobMiB)) 64) }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret with the snapshot signing key (`signing-key.pem`). */}}
+{{- define "pilotfish.signing.secretName" -}}
+{{- default (printf "%s-snapshot-signing" (include "pilotfish.fullname" .)) .Values.snapshotSigning.existingSecret }}
+{{- end }}
+
+{{/* The ConfigMap with the public keys replicas verify snapshots with. */}}
+{{- define "pilotfish.signing.verifyKeysName" -}}
+{{- $signing := .Values.snapshotSigning }}
+{{- if $signing.existingSecret }}
+{{- required "snapshotSigning.existingVerifyKeysConfigMap must name the ConfigMap with the public key(s) of snapshotSigning.existingSecret" $signing.existingVerifyKeysConfigMap }}
+{{- else if $signing.existingVerifyKeysConfigMap }}
+{{- fail "snapshotSigning.existingVerifyKeysConfigMap needs snapshotSigning.existingSecret: the chart's generated key has its own public key (add more with snapshotSigning.extraVerifyKeys)" }}
+{{- else }}
+{{- printf "%s-snapshot-verify-keys" (include "pilotfish.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/*
+What decides the verify keys' content, hashed into the pods' annotations so a change rolls
+them (the binaries read the keys at start). The generated key itself never changes once
+installed, so its content need not be part of it.
+*/}}
+{{- define "pilotfish.verifyKeysChecksum" -}}
+{{- $s := .Values.snapshotSigning }}
+{{- list $s.existingSecret $s.existingVerifyKeysConfigMap $s.extraVerifyKeys | toYaml | sha256sum }}
+{{- end }}
+
 {{- define "pilotfish.redis.image" -}}
 {{- $image := .Values.redis.bundled.image }}
 {{- if $image.digest }}
@@ -118,7 +180,7 @@ message that says which value to change.
 {{- end }}
 {{- end }}
 
-{{/* Environment of both binaries for Redis, logging and identity. */}}
+{{/* Environment of both binaries for Redis, snapshots, logging and identity. */}}
 {{- define "pilotfish.commonEnv" -}}
 - name: PILOTFISH_REPLICA_NAME
   valueFrom:
@@ -128,10 +190,14 @@ message that says which value to change.
   value: {{ include "pilotfish.redis.url" . | quote }}
 - name: PILOTFISH_REDIS_PREFIX
   value: {{ .Values.redis.prefix | quote }}
-{{- if and (not .Values.redis.bundled.enabled) .Values.redis.external.existingSecret }}
+{{- if include "pilotfish.redis.passwordSecret" . }}
 - name: PILOTFISH_REDIS_PASSWORD_FILE
   value: /etc/pilotfish/redis-password/password
 {{- end }}
+- name: PILOTFISH_MAX_BLOB_BYTES
+  value: {{ mul (int .Values.snapshots.maxBlobMiB) 1048576 | quote }}
+- name: PILOTFISH_VERIFY_KEYS
+  value: /etc/pilotfish/verify-keys
 {{- if and (not .Values.redis.bundled.enabled) .Values.redis.external.tls.caSecret }}
 - name: PILOTFISH_REDIS_CA_FILE
   value: /etc/pilotfish/redis-ca/ca.crt
@@ -144,13 +210,16 @@ message that says which value to change.
   value: {{ .Values.logging.level | quote }}
 {{- end }}
 
-{{/* Volume mounts for the Redis password and CA, when configured. */}}
+{{/* Volume mounts of both binaries: the Redis password and CA when configured, the verify keys. */}}
 {{- define "pilotfish.redisVolumeMounts" -}}
-{{- if and (not .Values.redis.bundled.enabled) .Values.redis.external.existingSecret }}
+{{- if include "pilotfish.redis.passwordSecret" . }}
 - name: redis-password
   mountPath: /etc/pilotfish/redis-password
   readOnly: true
 {{- end }}
+- name: verify-keys
+  mountPath: /etc/pilotfish/verify-keys
+  readOnly: true
 {{- if and (not .Values.redis.bundled.enabled) .Values.redis.external.tls.caSecret }}
 - name: redis-ca
   mountPath: /etc/pilotfish/redis-ca
@@ -159,15 +228,19 @@ message that says which value to change.
 {{- end }}
 
 {{- define "pilotfish.redisVolumes" -}}
-{{- if and (not .Values.redis.bundled.enabled) .Values.redis.external.existingSecret }}
+{{- with include "pilotfish.redis.passwordSecret" . }}
 - name: redis-password
   secret:
-    secretName: {{ .Values.redis.external.existingSecret }}
+    secretName: {{ . }}
     defaultMode: 0440
     items:
-      - key: {{ .Values.redis.external.existingSecretPasswordKey }}
+      - key: {{ include "pilotfish.redis.passwordKey" $ }}
         path: password
 {{- end }}
+- name: verify-keys
+  configMap:
+    name: {{ include "pilotfish.signing.verifyKeysName" . }}
+    defaultMode: 0444
 {{- if and (not .Values.redis.bundled.enabled) .Values.redis.external.tls.caSecret }}
 - name: redis-ca
   secret:

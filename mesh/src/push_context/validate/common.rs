@@ -1,13 +1,13 @@
-//! Checks shared by every kind: field-error collection, RE2-compatible regexes, durations,
-//! percentages, `exportTo`, labels and names.
+//! Checks every kind shares: collecting findings, RE2 regexes, string matches, `exportTo`,
+//! labels and selectors, durations, percentages — each as Istio 1.30 applies it.
 
 use std::collections::BTreeMap;
 
 use regex_syntax::ast::{self, Ast, Visitor};
 
-use crate::api::{Duration, Percent, StringMatch};
+use super::names;
+use crate::api::{Duration, StringMatch};
 use crate::config::{ConfigError, ConfigKey};
-use crate::push_context::hosts;
 
 /// Collects the findings about one object.
 pub struct Findings<'k> {
@@ -31,13 +31,29 @@ impl<'k> Findings<'k> {
         self.list
             .push(ConfigError::warning(self.key, path, message));
     }
+
+    /// Reports `result`'s reason, if any, as an error at `path`.
+    pub fn check(&mut self, path: impl Into<String>, result: Result<(), String>) {
+        if let Err(reason) = result {
+            self.error(path, reason);
+        }
+    }
 }
 
-/// Validates a regex the way Envoy's RE2 engine would accept it. `regex-syntax` parses a
-/// superset of RE2; the constructs RE2 lacks (class set operations `&&`, `--`, `~~` and the
-/// `x` verbose flag) are rejected explicitly. Look-around and back-references fail to
-/// parse in both.
-pub fn check_re2(pattern: &str) -> Result<(), String> {
+/// Istio's longest regex (an approximation of Envoy's RE2 program-size limit).
+const MAX_REGEX_LEN: usize = 1024;
+
+/// A regex as Istio checks it: at most 1024 bytes, valid RE2 (Go's `regexp`, which is
+/// what Envoy's RE2 accepts). `regex-syntax` parses a superset of RE2; the constructs RE2
+/// lacks (class set operations `&&`, `--`, `~~` and the `x` verbose flag) are refused
+/// explicitly. Look-around and back-references fail to parse in both.
+pub fn check_regex(pattern: &str) -> Result<(), String> {
+    if pattern.len() > MAX_REGEX_LEN {
+        return Err(format!(
+            "regex is longer than {MAX_REGEX_LEN} characters ({})",
+            pattern.len()
+        ));
+    }
     let parsed = ast::parse::Parser::new()
         .parse(pattern)
         .map_err(|e| format!("invalid regular expression {pattern:?}: {}", e.kind()))?;
@@ -78,39 +94,51 @@ pub fn check_re2(pattern: &str) -> Result<(), String> {
     Ok(())
 }
 
-pub fn check_string_match(f: &mut Findings, path: &str, m: &StringMatch) {
-    if let StringMatch::Regex(re) = m
-        && let Err(e) = check_re2(re)
-    {
-        f.error(format!("{path}.regex"), e);
-    }
-}
-
-pub fn check_string_match_map(f: &mut Findings, path: &str, map: &BTreeMap<String, StringMatch>) {
-    for (name, m) in map {
-        if name.is_empty() {
-            f.error(path, "names must not be empty");
+/// A regex member of a string match: non-empty and valid.
+pub fn check_match_regex(f: &mut Findings, path: &str, m: &StringMatch) {
+    if let StringMatch::Regex(re) = m {
+        if re.is_empty() {
+            f.error(format!("{path}.regex"), "regex must not be empty");
+        } else {
+            f.check(format!("{path}.regex"), check_regex(re));
         }
-        check_string_match(f, &format!("{path}[{name}]"), m);
     }
 }
 
-/// Durations below 1 ms cannot be expressed by Envoy's millisecond timers: Istio rejects them.
-pub fn check_duration_min_ms(f: &mut Findings, path: &str, d: &Duration) {
-    if d.as_std() < std::time::Duration::from_millis(1) {
-        f.error(path, format!("duration must be at least 1ms (got {d})"));
+/// A string match outside `uri`: a prefix must not be empty, a regex must be valid.
+/// (`exact: ""` and `{}` are accepted.)
+pub fn check_string_match(f: &mut Findings, path: &str, m: &StringMatch) {
+    if let StringMatch::Prefix(p) = m
+        && p.is_empty()
+    {
+        f.error(format!("{path}.prefix"), "prefix must not be empty");
     }
+    check_match_regex(f, path, m);
 }
 
-pub fn check_percent(f: &mut Findings, path: &str, p: &Percent) {
-    if !(0.0..=100.0).contains(&p.value) || p.value.is_nan() {
+/// Durations of the API (Envoy's millisecond timers): at least 1 ms, whole milliseconds.
+pub fn check_duration(f: &mut Findings, path: &str, d: &Duration) {
+    f.check(path, names::check_duration(d));
+}
+
+/// Durations the CRD schema bounds (`duration(self) >= duration('1ms')`) and the webhook
+/// does not otherwise check.
+pub fn check_duration_min(f: &mut Findings, path: &str, d: &Duration) {
+    f.check(path, names::check_duration_min(d));
+}
+
+/// A fractional percentage of faults: 0, or 0.0001–100.
+pub fn check_fault_percentage(f: &mut Findings, path: &str, value: f64) {
+    let ok = value == 0.0 || (0.0001..=100.0).contains(&value);
+    if !ok || value.is_nan() {
         f.error(
             format!("{path}.value"),
-            format!("percentage must be between 0 and 100 (got {})", p.value),
+            format!("percentage must be 0 or between 0.0001 and 100 (got {value})"),
         );
     }
 }
 
+/// An integer percentage: 0–100.
 pub fn check_int_percent(f: &mut Findings, path: &str, p: i64) {
     if !(0..=100).contains(&p) {
         f.error(
@@ -120,216 +148,201 @@ pub fn check_int_percent(f: &mut Findings, path: &str, p: i64) {
     }
 }
 
-pub fn check_port(f: &mut Findings, path: &str, port: u32) {
-    if !(1..=65535).contains(&port) {
-        f.error(
-            path,
-            format!("port must be between 1 and 65535 (got {port})"),
-        );
-    }
+/// What `exportTo` may hold for this kind.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum ExportToOf {
+    /// VirtualService, DestinationRule without a workload selector.
+    Config,
+    /// DestinationRule with a workload selector: its own namespace only.
+    SelectorRule,
+    /// ServiceEntry: `~` (nobody) is allowed too.
+    ServiceEntry,
 }
 
-pub fn check_non_negative(f: &mut Findings, path: &str, v: i64) {
-    if v < 0 {
-        f.error(path, format!("must not be negative (got {v})"));
+/// `exportTo` as Istio checks it: `.`, `*`, namespace names (and `~` for ServiceEntries),
+/// no duplicates (`.` and the own namespace count as the same), `*` and `~` alone.
+pub fn check_export_to(
+    f: &mut Findings,
+    path: &str,
+    namespace: &str,
+    export_to: &[String],
+    of: ExportToOf,
+) {
+    if export_to.is_empty() {
+        return;
     }
-}
-
-/// `exportTo`: `.`, `*`, `~` or namespace names; `~` alone; no duplicates.
-pub fn check_export_to(f: &mut Findings, path: &str, export_to: &[String]) {
     let mut seen = std::collections::BTreeSet::new();
-    for (i, e) in export_to.iter().enumerate() {
-        if !seen.insert(e) {
-            f.error(format!("{path}[{i}]"), format!("duplicate entry {e:?}"));
+    for (i, entry) in export_to.iter().enumerate() {
+        let item = format!("{path}[{i}]");
+        let key = if entry == "." {
+            namespace
+        } else {
+            entry.as_str()
+        };
+        if seen.contains(key) {
+            if key != entry {
+                f.error(
+                    &item,
+                    format!("duplicate entry: \".\" is the own namespace {namespace:?}"),
+                );
+            } else {
+                f.error(&item, format!("duplicate entry {entry:?}"));
+            }
+            continue;
         }
-        match e.as_str() {
-            "." | "*" | "~" => {}
-            ns => {
-                if let Err(r) = check_dns1123_label(ns) {
-                    f.error(
-                        format!("{path}[{i}]"),
-                        format!("must be \".\", \"*\", \"~\" or a namespace name: {r}"),
-                    );
-                }
+        match key {
+            "*" => {}
+            "~" if of == ExportToOf::ServiceEntry => {}
+            "~" => f.error(&item, "\"~\" (nobody) is allowed only for ServiceEntries"),
+            name if names::is_dns1123_label(name) => {}
+            _ => {
+                f.error(
+                    &item,
+                    format!("{entry:?} must be \".\", \"*\" or a namespace name"),
+                );
+                continue;
             }
         }
+        seen.insert(key);
     }
-    if export_to.len() > 1 && export_to.iter().any(|e| e == "~") {
-        f.error(
-            path,
-            "\"~\" (export to nobody) cannot be combined with other entries",
-        );
+    if of == ExportToOf::SelectorRule && !seen.is_empty() {
+        if !seen.contains(namespace) {
+            f.error(
+                path,
+                "a DestinationRule with a workload selector can only be exported to its own namespace",
+            );
+        } else if seen.len() > 1 {
+            f.error(
+                path,
+                "a DestinationRule with a workload selector can only be exported to its own namespace (one entry)",
+            );
+        }
+    }
+    if seen.contains("*") && export_to.len() > 1 {
+        f.error(path, "\"*\" cannot be combined with other entries");
+    }
+    if seen.contains("~") && export_to.len() > 1 {
+        f.error(path, "\"~\" (nobody) cannot be combined with other entries");
     }
 }
 
-/// A Kubernetes namespace or subset name: lower-case DNS-1123 label.
-pub fn check_dns1123_label(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > 63 {
-        return Err(format!("{name:?} must be 1 to 63 characters"));
-    }
-    let ok_chars = name
-        .chars()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-    if !ok_chars || name.starts_with('-') || name.ends_with('-') {
-        return Err(format!(
-            "{name:?} must consist of lower-case letters, digits and '-', and start and end with a letter or digit"
-        ));
-    }
-    Ok(())
-}
-
-/// Kubernetes label keys (`[prefix/]name`) and values.
+/// Labels as Istio checks them (`sourceLabels`, subset and endpoint labels).
 pub fn check_labels(f: &mut Findings, path: &str, labels: &BTreeMap<String, String>) {
     for (k, v) in labels {
-        if let Err(r) = check_label_key(k) {
-            f.error(format!("{path}[{k}]"), r);
+        let item = format!("{path}[{k}]");
+        f.check(&item, names::check_label_key(k));
+        f.check(&item, names::check_label_value(v));
+    }
+}
+
+/// A workload selector's labels: no empty key, no `*`; none at all is only a warning
+/// (the selector then matches every workload of the namespace).
+pub fn check_selector_labels(f: &mut Findings, path: &str, labels: &BTreeMap<String, String>) {
+    for (k, v) in labels {
+        let item = format!("{path}[{k}]");
+        if k.is_empty() {
+            f.error(&item, "a selector label key must not be empty");
         }
-        if let Err(r) = check_label_value(v) {
-            f.error(format!("{path}[{k}]"), r);
+        if k.contains('*') || v.contains('*') {
+            f.error(&item, "wildcards are not supported in selectors");
         }
     }
 }
 
-fn check_label_key(k: &str) -> Result<(), String> {
-    let (prefix, name) = match k.rsplit_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, k),
+/// The annotations Istio refuses on every object: `istio.io/dry-run` (AuthorizationPolicy
+/// only), its internal "always reject" marker and the internal parent references.
+pub fn check_annotations(f: &mut Findings, annotations: Option<&BTreeMap<String, String>>) {
+    let Some(annotations) = annotations else {
+        return;
     };
-    if let Some(p) = prefix {
-        hosts::check_host(p, false).map_err(|r| format!("label key prefix: {r}"))?;
-    }
-    check_label_value(name)
-        .and_then(|()| {
-            if name.is_empty() {
-                Err("label key name must not be empty".into())
-            } else {
-                Ok(())
-            }
-        })
-        .map_err(|r| format!("label key {k:?}: {r}"))
-}
-
-fn check_label_value(v: &str) -> Result<(), String> {
-    if v.len() > 63 {
-        return Err(format!("label value {v:?} is longer than 63 characters"));
-    }
-    if v.is_empty() {
-        return Ok(());
-    }
-    let ok = v
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    let edges = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
-    if !ok || !edges(v.chars().next()) || !edges(v.chars().last()) {
-        return Err(format!(
-            "label value {v:?} must be letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
-        ));
-    }
-    Ok(())
-}
-
-/// HTTP header names as Envoy accepts them for manipulation: RFC 7230 tokens; pseudo
-/// headers (`:path`) cannot be changed this way.
-pub fn check_header_name(name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("header name must not be empty".to_string());
-    }
-    if name.starts_with(':') {
-        return Err(format!("pseudo-header {name:?} cannot be manipulated"));
-    }
-    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
-    if !name.chars().all(token) {
-        return Err(format!("{name:?} is not a valid HTTP header name"));
-    }
-    Ok(())
-}
-
-/// An IP address or CIDR block.
-pub fn check_ip_or_cidr(s: &str) -> Result<(), String> {
-    let (addr, prefix) = match s.split_once('/') {
-        Some((a, p)) => (a, Some(p)),
-        None => (s, None),
-    };
-    let ip: std::net::IpAddr = addr
-        .parse()
-        .map_err(|_| format!("{s:?} is not an IP address or CIDR block"))?;
-    if let Some(p) = prefix {
-        let max = if ip.is_ipv4() { 32 } else { 128 };
-        match p.parse::<u8>() {
-            Ok(bits) if bits <= max => {}
-            _ => return Err(format!("{s:?} has an invalid prefix length")),
+    for (name, reason) in [
+        (
+            "istio.io/dry-run",
+            "is supported on AuthorizationPolicies only",
+        ),
+        (
+            "internal.istio.io/webhook-always-reject",
+            "marks the object for rejection",
+        ),
+        (
+            "internal.istio.io/parent-namespace",
+            "is internal to Istio and may not be set by users",
+        ),
+        (
+            "internal.istio.io/parents",
+            "is internal to Istio and may not be set by users",
+        ),
+    ] {
+        if annotations.contains_key(name) {
+            f.error(
+                format!("metadata.annotations[{name:?}]"),
+                format!("annotation {name:?} {reason}"),
+            );
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ConfigKind;
 
     #[test]
     fn re2_accepts_what_envoy_accepts() {
-        assert!(check_re2("^/api/v[0-9]+/.*$").is_ok());
-        assert!(check_re2("(?i)jason").is_ok());
-        assert!(check_re2("\\d{3}-[a-z]+").is_ok());
-        assert!(check_re2("(?P<x>a)").is_ok());
+        assert!(check_regex("^/api/v[0-9]+/.*$").is_ok());
+        assert!(check_regex("(?i)jason").is_ok());
+        assert!(check_regex("\\d{3}-[a-z]+").is_ok());
+        assert!(check_regex("(?P<x>a)").is_ok());
     }
 
     #[test]
     fn re2_rejects_what_envoy_rejects() {
         assert!(
-            check_re2("([a-z]+")
+            check_regex("([a-z]+")
                 .unwrap_err()
                 .contains("invalid regular expression")
         );
-        assert!(check_re2("(?=x)").is_err(), "look-ahead");
-        assert!(check_re2("(a)\\1").is_err(), "back-reference");
+        assert!(check_regex("(?=x)").is_err(), "look-ahead");
+        assert!(check_regex("(a)\\1").is_err(), "back-reference");
         assert!(
-            check_re2("[a-z&&[^aeiou]]")
+            check_regex("[a-z&&[^aeiou]]")
                 .unwrap_err()
                 .contains("set operations")
         );
-        assert!(check_re2("(?x) a b").unwrap_err().contains("`x` flag"));
-        assert!(check_re2("*abc").is_err());
+        assert!(check_regex("(?x) a b").unwrap_err().contains("`x` flag"));
+        assert!(check_regex("*abc").is_err());
+        assert!(
+            check_regex(&"a".repeat(1025))
+                .unwrap_err()
+                .contains("longer")
+        );
+    }
+
+    fn messages(export_to: &[&str], namespace: &str, of: ExportToOf) -> Vec<String> {
+        let key = ConfigKey::new(ConfigKind::VirtualService, namespace, "n");
+        let mut f = Findings::new(&key);
+        let list: Vec<String> = export_to.iter().map(|s| s.to_string()).collect();
+        check_export_to(&mut f, "spec.exportTo", namespace, &list, of);
+        f.list.into_iter().map(|e| e.field_message()).collect()
     }
 
     #[test]
-    fn names_and_labels() {
-        assert!(check_dns1123_label("v1").is_ok());
-        assert!(check_dns1123_label("V1").is_err());
-        assert!(check_dns1123_label("-a").is_err());
-        let key = ConfigKey::new(crate::config::ConfigKind::DestinationRule, "ns", "n");
-        let mut f = Findings::new(&key);
-        check_labels(
-            &mut f,
-            "spec.subsets[0].labels",
-            &[
-                ("app.kubernetes.io/name".to_string(), "x".to_string()),
-                ("version".to_string(), "bad value".to_string()),
-            ]
-            .into(),
+    fn export_to_follows_istio() {
+        assert!(messages(&[".", "other"], "ns", ExportToOf::Config).is_empty());
+        assert_eq!(messages(&[".", "ns"], "ns", ExportToOf::Config).len(), 1);
+        assert_eq!(messages(&["~"], "ns", ExportToOf::Config).len(), 1);
+        assert!(messages(&["~"], "ns", ExportToOf::ServiceEntry).is_empty());
+        assert_eq!(
+            messages(&["~", "a"], "ns", ExportToOf::ServiceEntry).len(),
+            1
         );
-        assert_eq!(f.list.len(), 1);
-        assert_eq!(f.list[0].path, "spec.subsets[0].labels[version]");
-    }
-
-    #[test]
-    fn header_names_ip_and_export_to() {
-        assert!(check_header_name("x-request-id").is_ok());
-        assert!(check_header_name(":path").is_err());
-        assert!(check_header_name("bad header").is_err());
-        assert!(check_ip_or_cidr("10.0.0.0/8").is_ok());
-        assert!(check_ip_or_cidr("2001:db8::/32").is_ok());
-        assert!(check_ip_or_cidr("10.0.0.0/33").is_err());
-        assert!(check_ip_or_cidr("example.com").is_err());
-        let key = ConfigKey::new(crate::config::ConfigKind::VirtualService, "ns", "n");
-        let mut f = Findings::new(&key);
-        check_export_to(
-            &mut f,
-            "spec.exportTo",
-            &["~".into(), "a".into(), "a".into(), "Bad".into()],
+        assert_eq!(messages(&["*", "a"], "ns", ExportToOf::Config).len(), 1);
+        assert_eq!(messages(&["Bad_ns"], "ns", ExportToOf::Config).len(), 1);
+        assert!(messages(&["."], "ns", ExportToOf::SelectorRule).is_empty());
+        assert_eq!(messages(&["*"], "ns", ExportToOf::SelectorRule).len(), 1);
+        assert_eq!(
+            messages(&[".", "a"], "ns", ExportToOf::SelectorRule).len(),
+            1
         );
-        let msgs: Vec<_> = f.list.iter().map(|e| e.to_string()).collect();
-        assert_eq!(msgs.len(), 3, "{msgs:?}");
     }
 }

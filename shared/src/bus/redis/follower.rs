@@ -4,39 +4,53 @@
 //! A session = one pub/sub connection (notifications) + one multiplexed connection
 //! (reads). Per session: subscribe first, then read `latest` (so nothing published in
 //! between is missed), then re-read `latest` on every notification and every
-//! `resync_interval` (heals a lost message). Any Redis error ends the session; the loop
+//! `resync_interval` (heals a lost message). A Redis error ends the session; the loop
 //! reconnects with jittered exponential backoff and re-reads `latest` (heals a restart).
-//! Meanwhile the last good snapshot stays served. The store's `run_id` is read per
-//! session, so a version regression after a restart or failover is recognised as a reset.
+//! Meanwhile the last good snapshot stays served.
+//!
+//! What `latest` names is fetched only if it comes after what is served in `(epoch,
+//! version)` order, in one atomic bounded read (an oversized blob never crosses the
+//! network), and served only if it decodes, verifies and carries the content hash
+//! `latest` names. A `latest` that cannot be parsed is not a session error: it is
+//! reported and waited out (the publisher overwrites it), never retried in a loop. A
+//! replica that holds nothing yet while `latest`'s blob is unusable (corrupt, missing, or
+//! `latest` unreadable) serves the newest good retained blob instead.
 
 use std::time::Duration;
 
 use ::redis::AsyncCommands;
+use ::redis::Script;
 use ::redis::aio::MultiplexedConnection;
-use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
 
 use super::publisher::redis_op;
-use super::{RedisConfig, parse_latest, parse_run_id};
-use crate::bus::decision::{Decision, Observation};
-use crate::bus::follow::FollowCore;
-use crate::bus::{BusError, BusTask, DecodeError, Follower, Rejection, erase_decode, metrics};
+use super::{Fetched, RedisConfig, fetch_bounded, parse_latest, parse_ref, scripts};
+use crate::bus::decision::{Decision, KeepReason, Observation};
+use crate::bus::follow::{FollowCore, Offered};
+use crate::bus::{
+    BusError, BusTask, DecodeError, Follower, Rejection, SnapshotRef, Verified, erase_decode,
+    metrics,
+};
 use crate::retry::{Backoff, Retry};
 
 /// Starts following Redis. The returned [`Follower`] serves nothing until the first good
-/// snapshot is read; the [`BusTask`] runs until aborted (or dropped).
+/// snapshot is read; the [`BusTask`] runs until aborted (or dropped). `decode` returns the
+/// value and the content hash it verified.
 pub fn follow<T, E, D>(config: RedisConfig, decode: D) -> Result<(Follower<T>, BusTask), BusError>
 where
     T: Send + Sync + 'static,
     E: DecodeError,
-    D: Fn(&[u8]) -> Result<T, E> + Send + Sync + 'static,
+    D: Fn(&[u8]) -> Result<Verified<T>, E> + Send + Sync + 'static,
 {
     let client = config.client()?;
-    let (core, follower) = FollowCore::new("redis", erase_decode(decode));
+    let (core, follower) = FollowCore::new("redis", erase_decode(decode), config.stale_after);
     let mut lp = FollowLoop {
         config,
         client,
         core,
+        fetch: Script::new(scripts::FETCH_BOUNDED),
+        fallback_tried: None,
+        malformed_reported: false,
     };
     let task = BusTask::spawn("redis-follower", async move { lp.run().await });
     Ok((follower, task))
@@ -46,6 +60,12 @@ struct FollowLoop<T> {
     config: RedisConfig,
     client: ::redis::Client,
     core: FollowCore<T>,
+    fetch: Script,
+    /// The `latest` (as text) a fallback was last tried for: tried once per `latest`, not
+    /// on every re-read.
+    fallback_tried: Option<String>,
+    /// A malformed `latest` was logged (once until it is readable again).
+    malformed_reported: bool,
 }
 
 impl<T: Send + Sync + 'static> FollowLoop<T> {
@@ -106,8 +126,7 @@ impl<T: Send + Sync + 'static> FollowLoop<T> {
                 .get_multiplexed_async_connection_with_config(&conn_config),
         )
         .await?;
-        let server = self.run_id(&mut conn).await;
-        self.sync(&mut conn, server.as_deref()).await?;
+        self.sync(&mut conn).await?;
         metrics::REDIS_CONNECTED.set(1);
         retry.reset();
 
@@ -127,77 +146,130 @@ impl<T: Send + Sync + 'static> FollowLoop<T> {
                 }
                 _ = resync.tick() => {}
             }
-            self.sync(&mut conn, server.as_deref()).await?;
+            self.sync(&mut conn).await?;
         }
     }
 
-    /// The store's identity, or `None` if INFO is not allowed (ACL); then only a missing
-    /// `latest` marks a reset.
-    async fn run_id(&self, conn: &mut MultiplexedConnection) -> Option<String> {
-        match ::redis::cmd("INFO")
-            .arg("server")
-            .query_async::<String>(conn)
-            .await
-        {
-            Ok(info) => parse_run_id(&info),
-            Err(e) => {
-                tracing::debug!(error = %e, "cannot read the Redis run_id; reset detection relies on a missing latest");
-                None
-            }
-        }
-    }
-
-    /// Reads `latest` and, when the decision says so, fetches and offers its blob.
-    async fn sync(
-        &mut self,
-        conn: &mut MultiplexedConnection,
-        server: Option<&str>,
-    ) -> Result<(), BusError> {
+    /// Reads `latest` and, when the decision says so, fetches and offers its blob; falls
+    /// back to a retained blob when nothing is served and `latest` is unusable.
+    async fn sync(&mut self, conn: &mut MultiplexedConnection) -> Result<(), BusError> {
         let keys = self.config.keys();
         let fields: Vec<(String, String)> =
             redis_op("read_latest", conn.hgetall(&keys.latest)).await?;
-        let latest = parse_latest(&fields)?;
         self.core.record_read_success();
         metrics::LAST_READ.record_success();
-        let observation = match &latest {
-            None => Observation::Missing,
-            Some(latest) => Observation::Present { latest, server },
+        let parsed = parse_latest(&fields);
+        let (observation, seen) = match &parsed {
+            Ok(None) => (Observation::Missing, "missing".to_owned()),
+            Ok(Some(latest)) => (Observation::Present { latest }, latest.to_string()),
+            Err(e) => {
+                self.report_malformed(e);
+                (Observation::Malformed, format!("malformed: {fields:?}"))
+            }
         };
-        let (Decision::Fetch { reset }, Some(latest)) = (self.core.observe(observation), latest)
-        else {
-            return Ok(());
-        };
-        let key = keys.snapshot(latest.version);
-        // Size first, so an oversized blob is refused without being downloaded.
-        let size: u64 = redis_op("fetch_blob", conn.strlen(&key)).await?;
-        if size > self.config.max_blob_bytes {
-            self.core.reject(
-                latest,
-                Rejection {
-                    reason: "oversized",
-                    detail: format!("{size} bytes, limit {}", self.config.max_blob_bytes),
-                },
-            );
-            return Ok(());
+        if parsed.is_ok() {
+            self.malformed_reported = false;
         }
-        let blob: Option<Vec<u8>> = redis_op("fetch_blob", conn.get(&key)).await?;
-        match blob {
-            Some(bytes) if !bytes.is_empty() => {
-                self.core
-                    .offer(latest, server.map(str::to_owned), Bytes::from(bytes), reset)
-                    .await;
+        let decision = self.core.observe(observation);
+        let usable = match (decision, parsed) {
+            (Decision::Fetch, Ok(Some(latest))) => self.fetch_and_offer(conn, latest).await?,
+            (Decision::Keep(KeepReason::UpToDate | KeepReason::Stale), _) => true,
+            _ => false,
+        };
+        if !usable && self.core.holds_nothing() && self.fallback_tried.as_ref() != Some(&seen) {
+            self.fallback_tried = Some(seen);
+            self.fall_back(conn).await?;
+        }
+        Ok(())
+    }
+
+    fn report_malformed(&mut self, error: &BusError) {
+        metrics::REJECTED
+            .with_label_values(&["malformed_latest"])
+            .inc();
+        let text = format!("{error}; waiting for a publisher to overwrite it");
+        if !self.malformed_reported {
+            self.malformed_reported = true;
+            tracing::error!(error = %error, "`latest` in Redis cannot be read; keeping the served snapshot until a publisher overwrites it");
+        }
+        self.core.record_error(true, text);
+    }
+
+    /// Fetches the blob `latest` names (bounded) and offers it. Returns whether it is now
+    /// served.
+    async fn fetch_and_offer(
+        &mut self,
+        conn: &mut MultiplexedConnection,
+        latest: SnapshotRef,
+    ) -> Result<bool, BusError> {
+        let key = self.config.keys().snapshot(latest.version);
+        let limit = self.config.max_blob_bytes;
+        match fetch_bounded(&self.fetch, conn, &key, limit).await? {
+            Fetched::Blob(bytes) => {
+                Ok(self.core.offer(latest, bytes, false).await == Offered::Accepted)
+            }
+            Fetched::TooLarge(size) => {
+                self.core.reject(
+                    latest,
+                    Rejection {
+                        reason: "oversized",
+                        detail: format!("{size} bytes, limit {limit}"),
+                    },
+                );
+                Ok(false)
             }
             // `latest` is only advanced after its blob is written, so a missing blob means
             // it expired (this follower fell far behind) or was removed by hand: not
             // coming back. The next version will be tried.
-            _ => self.core.reject(
-                latest,
-                Rejection {
-                    reason: "missing",
-                    detail: format!("{key} does not exist"),
-                },
-            ),
+            Fetched::Missing => {
+                self.core.reject(
+                    latest,
+                    Rejection {
+                        reason: "missing",
+                        detail: format!("{key} does not exist"),
+                    },
+                );
+                Ok(false)
+            }
         }
+    }
+
+    /// Serves the newest retained blob that decodes and verifies, if any comes after what
+    /// is served (a replica starting while `latest` is unusable).
+    async fn fall_back(&mut self, conn: &mut MultiplexedConnection) -> Result<(), BusError> {
+        let keys = self.config.keys();
+        let versions: Vec<u64> = redis_op(
+            "fallback",
+            conn.zrevrange(&keys.index, 0, self.config.retention as isize),
+        )
+        .await?;
+        if versions.is_empty() {
+            return Ok(());
+        }
+        let entries: Vec<Option<String>> = redis_op(
+            "fallback",
+            ::redis::cmd("HMGET")
+                .arg(&keys.refs)
+                .arg(&versions)
+                .query_async(conn),
+        )
+        .await?;
+        let limit = self.config.max_blob_bytes;
+        for (version, entry) in versions.into_iter().zip(entries) {
+            let Some(reference) = entry.and_then(|e| parse_ref(version, &e)) else {
+                continue;
+            };
+            if !self.core.state().may_serve(&reference) {
+                continue;
+            }
+            let key = keys.snapshot(version);
+            if let Fetched::Blob(bytes) = fetch_bounded(&self.fetch, conn, &key, limit).await?
+                && self.core.offer(reference, bytes, true).await == Offered::Accepted
+            {
+                return Ok(());
+            }
+        }
+        tracing::warn!("no retained snapshot is usable either; waiting for the next publish");
         Ok(())
     }
 }

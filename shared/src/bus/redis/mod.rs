@@ -6,11 +6,13 @@
 //!
 //! | key | type | holds |
 //! | --- | --- | --- |
-//! | `{p}:snapshot:{version}` | string | the blob; the newest K (default 5) persist, older ones get a short TTL (`superseded_ttl`, default 60 s) so a follower that read `latest` just before it moved can still fetch |
+//! | `{p}:snapshot:{version}` | string | the blob; the newest K (default 5) persist; older ones are superseded: a short TTL (`superseded_ttl`, default 60 s) so a follower that read `latest` just before it moved can still fetch, and at most M (default 5) of them — older ones are deleted at once. At most K + M blobs, plus one being written |
 //! | `{p}:snapshots` | sorted set | versions that have a persistent blob (score = version), for retention |
+//! | `{p}:superseded` | sorted set | superseded versions, to delete beyond M |
+//! | `{p}:refs` | hash | version → `"{epoch} {hash} {published_at_ms}"` of each persistent blob: a replica that cannot use `latest`'s blob falls back to the newest good one |
 //! | `{p}:latest` | hash | `version`, `hash`, `epoch`, `published_at_ms` |
 //! | `{p}:version` | string (integer) | version counter |
-//! | `{p}:epoch` | string (integer) | epoch counter (INCR by each new leader) |
+//! | `{p}:epoch` | string (integer) | epoch counter: the floor of the newest acquisition (set by TAKE_EPOCH, never raised by a publish) |
 //! | `{p}:notify` | pub/sub channel | the new version, after `latest` moved |
 //!
 //! Notification is pub/sub, not a stream: a message is only a hint to re-read `latest`
@@ -22,7 +24,9 @@ use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
-use ::redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+use ::redis::aio::ConnectionLike;
+use ::redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Script};
+use bytes::Bytes;
 
 mod follower;
 mod publisher;
@@ -32,6 +36,7 @@ pub use follower::follow;
 pub use publisher::RedisPublisher;
 
 use super::{BusError, SnapshotRef};
+use publisher::redis_op;
 
 /// Environment variable holding the Redis password (preferred to a password in the URL).
 pub const PASSWORD_ENV: &str = "PILOTFISH_REDIS_PASSWORD";
@@ -49,17 +54,24 @@ pub struct RedisConfig {
     pub retention: usize,
     /// TTL given to a blob when it falls out of the newest K.
     pub superseded_ttl: Duration,
-    /// How often a follower re-reads `latest` without a notification, and how often the
-    /// publisher checks that Redis still holds what it published.
+    /// Superseded blobs kept at most (M); older ones are deleted at once.
+    pub superseded_max: usize,
+    /// How often a follower re-reads `latest` without a notification.
     pub resync_interval: Duration,
+    /// How often the publisher checks that Redis still holds what it published (and how
+    /// soon after Redis returns it republishes).
+    pub watchdog_interval: Duration,
     pub connect_timeout: Duration,
-    /// Per-command timeout; must cover the transfer of the largest blob.
+    /// Per-command timeout; must cover the transfer of the largest blob. Short, so a
+    /// slow Redis delays decisions by seconds, not minutes.
     pub response_timeout: Duration,
     /// Reconnect backoff: first delay and cap (jittered).
     pub backoff_base: Duration,
     pub backoff_max: Duration,
-    /// Larger blobs are rejected without being downloaded.
+    /// Larger blobs are neither published nor downloaded.
     pub max_blob_bytes: u64,
+    /// A follower stops being ready when it has not read `latest` for this long.
+    pub stale_after: Option<Duration>,
     /// PEM CA certificate(s) trusted for `rediss://` instead of the web PKI roots (a
     /// private CA, as in-cluster Redis usually has).
     tls_ca: Option<Vec<u8>>,
@@ -68,6 +80,7 @@ pub struct RedisConfig {
 impl RedisConfig {
     pub const DEFAULT_PREFIX: &'static str = "pilotfish";
     pub const DEFAULT_RETENTION: usize = 5;
+    pub const DEFAULT_SUPERSEDED_MAX: usize = 5;
 
     /// Parses `url`: `redis://[user[:password]@]host[:port][/db]`, `rediss://…` (TLS,
     /// server certificate checked against the web PKI roots), or
@@ -97,12 +110,15 @@ impl RedisConfig {
             prefix: Self::DEFAULT_PREFIX.to_owned(),
             retention: Self::DEFAULT_RETENTION,
             superseded_ttl: Duration::from_secs(60),
+            superseded_max: Self::DEFAULT_SUPERSEDED_MAX,
             resync_interval: Duration::from_secs(10),
+            watchdog_interval: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(5),
-            response_timeout: Duration::from_secs(30),
+            response_timeout: Duration::from_secs(5),
             backoff_base: Duration::from_millis(200),
             backoff_max: Duration::from_secs(10),
-            max_blob_bytes: 256 * 1024 * 1024,
+            max_blob_bytes: pilotfish_mesh::codec::DecodeLimits::DEFAULT_MAX_BLOB_BYTES as u64,
+            stale_after: None,
             tls_ca: None,
         };
         if url_has_password {
@@ -142,6 +158,23 @@ impl RedisConfig {
 
     pub fn with_superseded_ttl(mut self, ttl: Duration) -> Self {
         self.superseded_ttl = ttl;
+        self
+    }
+
+    /// Keep at most `m` superseded blobs (0: delete them as soon as they fall out of K).
+    pub fn with_superseded_max(mut self, m: usize) -> Self {
+        self.superseded_max = m;
+        self
+    }
+
+    pub fn with_watchdog_interval(mut self, every: Duration) -> Self {
+        self.watchdog_interval = every;
+        self
+    }
+
+    /// A follower stops being ready after not reading `latest` for `after` (`None`: never).
+    pub fn with_stale_after(mut self, after: Option<Duration>) -> Self {
+        self.stale_after = after;
         self
     }
 
@@ -321,6 +354,8 @@ pub struct Keys {
     pub version: String,
     pub epoch: String,
     pub index: String,
+    pub superseded: String,
+    pub refs: String,
     pub channel: String,
     /// `{p}:snapshot:`; a blob key is this plus the version.
     pub snapshot_prefix: String,
@@ -333,6 +368,8 @@ impl Keys {
             version: format!("{prefix}:version"),
             epoch: format!("{prefix}:epoch"),
             index: format!("{prefix}:snapshots"),
+            superseded: format!("{prefix}:superseded"),
+            refs: format!("{prefix}:refs"),
             channel: format!("{prefix}:notify"),
             snapshot_prefix: format!("{prefix}:snapshot:"),
         }
@@ -371,13 +408,50 @@ pub(crate) fn parse_latest(fields: &[(String, String)]) -> Result<Option<Snapsho
     }))
 }
 
-/// Extracts `run_id` from `INFO server` text: the identity of this Redis process (a new one
-/// after every restart or failover).
-pub(crate) fn parse_run_id(info: &str) -> Option<String> {
-    info.lines()
-        .find_map(|line| line.strip_prefix("run_id:"))
-        .map(|id| id.trim().to_owned())
-        .filter(|id| !id.is_empty())
+/// Parses a `{p}:refs` entry (`"{epoch} {hash} {published_at_ms}"`) of `version`.
+pub(crate) fn parse_ref(version: u64, entry: &str) -> Option<SnapshotRef> {
+    let mut parts = entry.split(' ');
+    let epoch = parts.next()?.parse().ok()?;
+    let hash = parts.next().filter(|h| !h.is_empty())?.to_owned();
+    let published_at_ms = parts.next()?.parse().ok()?;
+    Some(SnapshotRef {
+        version,
+        hash,
+        epoch,
+        published_at_ms,
+    })
+}
+
+/// What [`fetch_bounded`] found.
+#[derive(Debug)]
+pub(crate) enum Fetched {
+    Missing,
+    /// Larger than the limit: its size; not transferred.
+    TooLarge(u64),
+    Blob(Bytes),
+}
+
+/// Reads the blob at `key` if it is at most `max` bytes, atomically (one script: the
+/// size cannot change between the check and the read, and an oversized blob never
+/// crosses the network).
+pub(crate) async fn fetch_bounded<C: ConnectionLike + Send>(
+    script: &Script,
+    conn: &mut C,
+    key: &str,
+    max: u64,
+) -> Result<Fetched, BusError> {
+    let reply: Vec<::redis::Value> =
+        redis_op("fetch_blob", script.key(key).arg(max).invoke_async(conn)).await?;
+    let size = match reply.first() {
+        Some(::redis::Value::Int(n)) => u64::try_from(*n).unwrap_or(0),
+        other => return Err(BusError::Script(format!("fetch replied {other:?}"))),
+    };
+    match reply.get(1) {
+        None if size == 0 => Ok(Fetched::Missing),
+        None => Ok(Fetched::TooLarge(size)),
+        Some(::redis::Value::BulkString(bytes)) => Ok(Fetched::Blob(Bytes::copy_from_slice(bytes))),
+        Some(other) => Err(BusError::Script(format!("fetch replied {other:?}"))),
+    }
 }
 
 #[cfg(test)]
@@ -497,9 +571,14 @@ mod tests {
     }
 
     #[test]
-    fn run_id_is_found_in_info_text() {
-        let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:8f3c0b\r\ntcp_port:6379\r\n";
-        assert_eq!(parse_run_id(info).as_deref(), Some("8f3c0b"));
-        assert_eq!(parse_run_id("# Server\r\n"), None);
+    fn references_of_retained_blobs_parse() {
+        let r = parse_ref(7, "4000000000000001 abc 1700").unwrap();
+        assert_eq!(
+            (r.version, r.epoch, r.hash.as_str(), r.published_at_ms),
+            (7, 4_000_000_000_000_001, "abc", 1700)
+        );
+        for bad in ["", "x abc 1", "4 abc", "4  1", "4 abc x"] {
+            assert_eq!(parse_ref(7, bad), None, "{bad:?}");
+        }
     }
 }
