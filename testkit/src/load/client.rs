@@ -24,7 +24,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use super::mesh::Sidecar;
 use super::wire::{
     CapturedResource, CapturedStep, CapturedType, RawDeltaResponse, RawResponse, cluster_eds_name,
-    listener_rds_names,
+    listener_rds_names, resource_name,
 };
 
 pub const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
@@ -427,16 +427,34 @@ async fn sotw(
             }
         }
         if index == 0 {
+            // As Envoy holds them: LDS and CDS replaced, RDS and EDS merged (a response may
+            // carry only what changed), and what no listener or cluster names any more
+            // dropped. SotW has no versions on the wire: a content hash stands in.
             let mut held = fleet.held.lock().unwrap_or_else(|e| e.into_inner());
-            held.insert(
-                type_url.to_string(),
-                response
-                    .resources
-                    .iter()
-                    .enumerate()
-                    .map(|(i, any)| (format!("{i:06}"), (String::new(), any.clone())))
-                    .collect(),
-            );
+            let of_type = held.entry(type_url.to_string()).or_default();
+            if !matches!(type_url, ROUTE | ENDPOINT) {
+                of_type.clear();
+            }
+            for (i, any) in response.resources.iter().enumerate() {
+                let name = resource_name(any).unwrap_or_else(|| format!("{i:06}"));
+                let version = {
+                    use std::hash::{Hash, Hasher};
+                    let mut h = std::hash::DefaultHasher::new();
+                    any.hash(&mut h);
+                    format!("{:016x}", h.finish())
+                };
+                of_type.insert(name, (version, any.clone()));
+            }
+            for child in [ROUTE, ENDPOINT] {
+                if let (Some(of_child), Some(state)) = (held.get_mut(child), types.get(child)) {
+                    of_child.retain(|n, _| {
+                        state
+                            .names
+                            .binary_search_by(|x| (**x).cmp(n.as_str()))
+                            .is_ok()
+                    });
+                }
+            }
         }
         if !configured
             && [CLUSTER, LISTENER, ENDPOINT, ROUTE].iter().all(|t| {

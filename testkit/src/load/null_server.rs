@@ -2,7 +2,8 @@
 //! what one stream of the real server held at each step of a run ([`Capture`]) to every
 //! stream: each response body is encoded once and shared, and per stream it adds only the
 //! gRPC prefix and the nonce. It computes nothing, tracks only which types a stream asked
-//! for, and answers every request that is not an ACK.
+//! for, and answers every request that is not an ACK. Like the real server, a SotW push of
+//! RDS or EDS carries only the resources changed since the previous step.
 //!
 //! Served over hyper's HTTP/2 like the real server (backlog 4,096), so the difference
 //! between the two is what the engine costs, not the transport.
@@ -34,10 +35,12 @@ struct Replay {
 
 /// One step: per type URL, the SotW body, the delta body of everything, each resource's
 /// delta entry (for named subscriptions) and the delta body of what changed since the
-/// previous step.
+/// previous step; for RDS and EDS also the SotW body of what changed since the previous
+/// step (absent when nothing but deletions).
 #[derive(Default)]
 struct Encoded {
     sotw: HashMap<String, Bytes>,
+    sotw_since_previous: HashMap<String, Bytes>,
     delta_all: HashMap<String, Bytes>,
     delta_entries: HashMap<String, BTreeMap<String, Bytes>>,
     delta_since_previous: HashMap<String, Bytes>,
@@ -47,6 +50,11 @@ fn delimited(tag: u32, value: &[u8], buf: &mut BytesMut) {
     encode_key(tag, WireType::LengthDelimited, buf);
     encode_varint(value.len() as u64, buf);
     buf.put_slice(value);
+}
+
+/// Whether a SotW response of this type may carry only what changed (RDS and EDS).
+fn sotw_partial(type_url: &str) -> bool {
+    type_url.ends_with("RouteConfiguration") || type_url.ends_with("ClusterLoadAssignment")
 }
 
 fn delimited_len(tag: u32, len: usize) -> usize {
@@ -89,6 +97,32 @@ impl Replay {
                 }
                 delimited(4, t.type_url.as_bytes(), &mut sotw);
                 encoded.sotw.insert(t.type_url.clone(), sotw.freeze());
+                let held: Option<BTreeMap<&str, &str>> = previous
+                    .and_then(|p| p.types.iter().find(|x| x.type_url == t.type_url))
+                    .map(|p| {
+                        p.resources
+                            .iter()
+                            .map(|r| (r.name.as_str(), r.version.as_str()))
+                            .collect()
+                    });
+                if let Some(held) = held.filter(|_| sotw_partial(&t.type_url)) {
+                    let changed: Vec<_> = t
+                        .resources
+                        .iter()
+                        .filter(|r| held.get(r.name.as_str()) != Some(&r.version.as_str()))
+                        .collect();
+                    if !changed.is_empty() {
+                        let mut part = BytesMut::new();
+                        delimited(1, version.as_bytes(), &mut part);
+                        for r in changed {
+                            delimited(2, &r.any, &mut part);
+                        }
+                        delimited(4, t.type_url.as_bytes(), &mut part);
+                        encoded
+                            .sotw_since_previous
+                            .insert(t.type_url.clone(), part.freeze());
+                    }
+                }
                 let entries: BTreeMap<String, Bytes> = t
                     .resources
                     .iter()
@@ -297,6 +331,15 @@ async fn sotw_stream(
                 for (type_url, (sent, _)) in asked.iter_mut() {
                     let (old, new) = (replay.steps[step].sotw.get(type_url), replay.steps[next].sotw.get(type_url));
                     if let Some(body) = new && old != Some(body) {
+                        // RDS and EDS one step on: only what changed, nothing for deletions.
+                        let body = if next == step + 1 && sotw_partial(type_url) {
+                            match replay.steps[next].sotw_since_previous.get(type_url) {
+                                Some(part) => part,
+                                None => continue,
+                            }
+                        } else {
+                            body
+                        };
                         nonce += 1;
                         send(&tx, body, nonce);
                         *sent = nonce;

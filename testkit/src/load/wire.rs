@@ -112,6 +112,20 @@ const HCM_TYPE: &str = "type.googleapis.com/envoy.extensions.filters.network.htt
 const EDS: i32 = 3;
 
 /// The cluster's name and, for an EDS cluster, the name Envoy asks EDS for.
+/// Any xDS resource's name: field 1 of `Cluster`, `Listener`, `RouteConfiguration` and
+/// `ClusterLoadAssignment` (`cluster_name`).
+#[derive(Clone, PartialEq, Message)]
+struct RawNamed {
+    #[prost(string, tag = "1")]
+    name: String,
+}
+
+/// The name of the resource in an encoded Any.
+pub fn resource_name(any: &[u8]) -> Option<String> {
+    let any = RawAny::decode(any).ok()?;
+    Some(RawNamed::decode(any.value).ok()?.name)
+}
+
 pub fn cluster_eds_name(any: &[u8]) -> Option<(String, Option<String>)> {
     let any = RawAny::decode(any).ok()?;
     let cluster = RawCluster::decode(any.value).ok()?;
