@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build test test-deps lint unit integration crds crds-check descriptors descriptors-check manifests manifests-check images bench run demo
+.PHONY: all build test test-deps lint unit integration crds crds-check descriptors descriptors-check manifests manifests-check images bench bench-load run demo
 
 all: build
 
@@ -70,6 +70,12 @@ descriptors-check:
 
 bench:
 	$(CARGO) bench --workspace
+
+## The ADS load benchmark (not part of `make test`; ~15 minutes): release pilotfish-xds on
+## the reference mesh (1,000 services, 2,000 streams) and 100 services with 5,000 streams,
+## SotW and delta, against a null server that only replays the same bytes (docs/PERFORMANCE.md).
+bench-load:
+	./scripts/bench-load.sh
 
 ## Standalone xDS server on the bundled bookinfo example (no cluster, no Redis).
 run:

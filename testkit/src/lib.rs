@@ -6,6 +6,7 @@
 //! - [`redis`]: real `redis-server` processes (killable, restartable) and a cuttable TCP link;
 //! - [`grpc`]: gRPC's own xDS client and backend servers (Python `grpcio`);
 //! - [`mesh`]: the `reviews` mesh (Kubernetes YAML) the end-to-end tests route through;
+//! - [`load`]: the ADS load benchmark (`pilotfish-xds-load`, `make bench-load`);
 //! - [`process`]: Pilotfish's binaries as child processes, free ports, plain HTTP GETs;
 //! - [`keys`]: the tests' snapshot signing key, as values and as files.
 //! - [`secure`]: clients of the secure port — TLS channels, Istio's `CreateCertificate`,
@@ -15,6 +16,7 @@ pub mod apiserver;
 pub mod balancer;
 pub mod grpc;
 pub mod keys;
+pub mod load;
 pub mod mesh;
 pub mod process;
 pub mod redis;

@@ -108,10 +108,10 @@ pub async fn run(
             ));
             *state.current.lock().unwrap_or_else(|e| e.into_inner()) =
                 Some((followed.reference.clone(), snapshot.clone()));
-            engine.send_replace(Some(StampedSnapshot {
-                snapshot: snapshot.clone() as Arc<dyn XdsSnapshot>,
+            engine.send_replace(Some(StampedSnapshot::new(
+                snapshot.clone() as Arc<dyn XdsSnapshot>,
                 arrived,
-            }));
+            )));
             state.record(PushRecord {
                 version,
                 hash: followed.reference.hash.clone(),

@@ -160,9 +160,6 @@ struct Cli {
         default_value_t = 100.0
     )]
     max_new_streams_per_second: f64,
-    /// Streams computing a full push at once.
-    #[arg(long, env = "PILOTFISH_PUSH_CONCURRENCY", default_value_t = 64)]
-    push_concurrency: usize,
     /// Log format.
     #[arg(long, env = "PILOTFISH_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
@@ -269,15 +266,19 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             .await
             .with_context(|| format!("cannot listen on {addr}"))
     };
+    // The ADS ports take a long accept backlog (ads::listen): a dead replica's proxies
+    // arrive at once.
+    let listen =
+        |addr: SocketAddr| ads::listen(addr).with_context(|| format!("cannot listen on {addr}"));
     let xds_listener = match cli.xds_addr.0 {
-        Some(addr) => Some(bind(addr).await?),
+        Some(addr) => Some(listen(addr)?),
         None => None,
     };
     let secure_listener = match cli.secure_xds_addr.0 {
         Some(_) if cli.ca_dir.is_empty() => {
             bail!("--secure-xds-addr needs --ca-dir (the CA that signs and serves)")
         }
-        Some(addr) => Some(bind(addr).await?),
+        Some(addr) => Some(listen(addr)?),
         None => None,
     };
     if xds_listener.is_none() && secure_listener.is_none() {
@@ -289,8 +290,6 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     let admin_at = admin_listener.local_addr()?;
     let config = AdsConfig {
         replica_name: replica.clone(),
-        push_concurrency: cli.push_concurrency,
-        endpoint_push_concurrency: cli.push_concurrency,
         connections: ConnectionPolicy {
             max_age: Some(cli.max_connection_age.as_std()).filter(|age| !age.is_zero()),
             ..ConnectionPolicy::default()

@@ -44,6 +44,28 @@ pub static XDS_PUSH_TIME: LazyLock<HistogramVec> = LazyLock::new(|| {
     .expect("register pilot_xds_push_time")
 });
 
+/// `pilotfish_xds_sent_bytes_total{type}`: bytes of responses handed to the transport.
+pub static XDS_SENT_BYTES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        Opts::new(
+            "pilotfish_xds_sent_bytes_total",
+            "Bytes of xDS responses handed to the transport (gRPC framing included), by type."
+        ),
+        &["type"]
+    )
+    .expect("register pilotfish_xds_sent_bytes_total")
+});
+
+/// `pilotfish_xds_queued_bytes`: bytes of responses handed to the response bodies and not
+/// yet taken by HTTP/2 (at most one response per stream).
+pub static QUEUED_BYTES: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "pilotfish_xds_queued_bytes",
+        "Bytes of xDS responses computed and not yet taken by HTTP/2 (at most one response per stream)."
+    )
+    .expect("register pilotfish_xds_queued_bytes")
+});
+
 /// `pilot_proxy_convergence_time`: from a snapshot's arrival on this replica until all
 /// responses for it were handed to one stream.
 pub static PROXY_CONVERGENCE_TIME: LazyLock<Histogram> = LazyLock::new(|| {
@@ -149,6 +171,8 @@ pub fn register_all() {
     LazyLock::force(&ADS_CONNECTIONS);
     LazyLock::force(&ADS_CONNECTIONS_ENDED);
     LazyLock::force(&STREAMS_REFUSED);
+    LazyLock::force(&XDS_SENT_BYTES);
+    LazyLock::force(&QUEUED_BYTES);
     crate::generate::metrics::register_all();
     crate::secure::metrics::register_all();
 }

@@ -1,5 +1,5 @@
-//! The ADS listener's HTTP/2 connections, served by hyper over the tonic service, with
-//! two ways a connection ends on the server's initiative:
+//! The ADS listener's HTTP/2 connections, served by hyper, each request handed to the
+//! ADS [`Handler`], with two ways a connection ends on the server's initiative:
 //!
 //! - **maximum age** (`--max-connection-age`, default 30 min, ±10% jitter per connection so
 //!   connections opened together do not all end together), so load spreads to replicas
@@ -23,44 +23,40 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use hyper::body::Incoming;
+use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use pilotfish_shared::retry::sleep_until_opt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tonic::codegen::Service;
-use tonic::transport::server::TcpConnectInfo;
 use tracing::{debug, info, warn};
 
 use crate::metrics;
 
-/// A gRPC service the listener can serve: tonic's generated servers and the secure
-/// port's router.
-pub(crate) trait GrpcService:
-    Service<
-        hyper::Request<Incoming>,
-        Response = hyper::Response<tonic::body::Body>,
-        Error = Infallible,
-        Future: Send,
-    > + Clone
-    + Send
-    + 'static
-{
-}
+/// Largest amount of a stream's unsent data h2 buffers before it stops asking the
+/// response body for more (hyper's default is 400 KiB). A response body hands over whole
+/// shared buffers, so this bounds only how early the next response is computed, not how
+/// much is copied: a stream whose client stops reading holds at most this much in h2
+/// plus the chunk hyper has in hand.
+pub const MAX_SEND_BUFFER: usize = 64 * 1024;
 
-impl<S> GrpcService for S where
-    S: Service<
-            hyper::Request<Incoming>,
-            Response = hyper::Response<tonic::body::Body>,
-            Error = Infallible,
-            Future: Send,
-        > + Clone
-        + Send
-        + 'static
-{
+/// Connections waiting to be accepted: a replica that dies sends thousands of proxies to
+/// the others at once, and a connection beyond the backlog is dropped by the kernel and
+/// retried by the client seconds later. (Linux caps it at `net.core.somaxconn`.)
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds the ADS listener with [`LISTEN_BACKLOG`].
+pub fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// Turns an accepted TCP connection into the byte stream HTTP/2 runs over, with what the
@@ -88,6 +84,23 @@ impl Transport for Plaintext {
     ) -> Option<(TcpStream, http::Extensions)> {
         Some((tcp, http::Extensions::new()))
     }
+}
+
+/// What serves the requests of a connection: the ADS service.
+pub(crate) trait Handler: Clone + Send + Sync + 'static {
+    /// The response body: ADS's own framing ([`AdsBody`](super::grpc::AdsBody)); the
+    /// secure port adds tonic's for the CA.
+    type Body: hyper::body::Body<
+            Data = bytes::Bytes,
+            Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+        > + Send
+        + 'static;
+    fn handle(
+        &self,
+        request: Request<Incoming>,
+        peer: Option<SocketAddr>,
+        closing: Option<ConnectionClosing>,
+    ) -> impl Future<Output = Response<Self::Body>> + Send;
 }
 
 /// How connections are kept and ended.
@@ -141,40 +154,12 @@ impl ConnectionClosing {
     }
 }
 
-/// The service with the connection's closing signal, peer address (what tonic's own
-/// server would add as `TcpConnectInfo`) and the transport's findings added to each
-/// request.
-#[derive(Clone)]
-struct WithConnection<S> {
-    inner: TowerToHyperService<S>,
-    closing: CancellationToken,
-    info: TcpConnectInfo,
-    handshake: http::Extensions,
-}
-
-impl<S: GrpcService> hyper::service::Service<hyper::Request<Incoming>> for WithConnection<S> {
-    type Response =
-        <TowerToHyperService<S> as hyper::service::Service<hyper::Request<Incoming>>>::Response;
-    type Error =
-        <TowerToHyperService<S> as hyper::service::Service<hyper::Request<Incoming>>>::Error;
-    type Future =
-        <TowerToHyperService<S> as hyper::service::Service<hyper::Request<Incoming>>>::Future;
-
-    fn call(&self, mut req: hyper::Request<Incoming>) -> Self::Future {
-        req.extensions_mut().extend(self.handshake.clone());
-        req.extensions_mut()
-            .insert(ConnectionClosing(self.closing.clone()));
-        req.extensions_mut().insert(self.info.clone());
-        self.inner.call(req)
-    }
-}
-
 /// Serves `service` on `listener` until `drain` is cancelled; then stops accepting, ends
 /// every connection at a random moment within `grace`, and returns once all are closed
 /// (or the grace and close grace are over).
-pub(crate) async fn serve_connections<S: GrpcService, T: Transport>(
+pub(crate) async fn serve_connections<A: Handler, T: Transport>(
     listener: TcpListener,
-    service: S,
+    service: A,
     transport: T,
     policy: ConnectionPolicy,
     drain: CancellationToken,
@@ -212,10 +197,10 @@ pub(crate) async fn serve_connections<S: GrpcService, T: Transport>(
     connections.abort_all();
 }
 
-async fn serve_one<S: GrpcService, T: Transport>(
+async fn serve_one<A: Handler, T: Transport>(
     tcp: TcpStream,
     peer: SocketAddr,
-    service: S,
+    service: A,
     transport: T,
     policy: ConnectionPolicy,
     drain: CancellationToken,
@@ -224,25 +209,29 @@ async fn serve_one<S: GrpcService, T: Transport>(
     // Cancelled right after the GOAWAY, or when this task ends for any other reason.
     let closing = CancellationToken::new();
     let _closing_on_exit = closing.clone().drop_guard();
-    let info = TcpConnectInfo {
-        local_addr: tcp.local_addr().ok(),
-        remote_addr: Some(peer),
-    };
     let _ = tcp.set_nodelay(true);
     let Some((io, handshake)) = transport.handshake(tcp, peer).await else {
         return;
     };
-    let svc = WithConnection {
-        inner: TowerToHyperService::new(service),
-        closing: closing.clone(),
-        info,
-        handshake,
-    };
+    let signal = ConnectionClosing(closing.clone());
+    let svc = hyper::service::service_fn(move |mut request: Request<Incoming>| {
+        let (service, signal) = (service.clone(), signal.clone());
+        // What the handshake learned (e.g. the client's certificates) goes with every
+        // request of the connection.
+        request.extensions_mut().extend(handshake.clone());
+        // Boxed: hyper keeps a stream's service future inline in the stream's task for as
+        // long as the stream lives, so its full size would be paid per stream; boxed it
+        // is a pointer, and the future is freed once it has answered.
+        Box::pin(async move {
+            Ok::<_, Infallible>(service.handle(request, Some(peer), Some(signal)).await)
+        })
+    });
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
         .keep_alive_interval(policy.keepalive_interval)
-        .keep_alive_timeout(policy.keepalive_timeout);
+        .keep_alive_timeout(policy.keepalive_timeout)
+        .max_send_buf_size(MAX_SEND_BUFFER);
     let conn = builder.serve_connection(TokioIo::new(io), svc);
     tokio::pin!(conn);
     metrics::ADS_CONNECTIONS.inc();

@@ -2,20 +2,22 @@
 //! Used by the protocol tests and the load tool; the real snapshot comes from the
 //! generators.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use pilotfish_mesh::model::Proxy;
 
-use super::resource::{ChangeKind, Resource, StampedSnapshot, XdsSnapshot};
-use super::types::{CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE};
+use super::resource::{ChangeKind, Resource, ResourceMap, XdsSnapshot};
+use super::types::{CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, XdsType};
+use super::view::StampedSnapshot;
 
 /// Resources by type URL and name, plus what the publisher knows about the change from
 /// the previous snapshot.
 #[derive(Clone, Debug, Default)]
 pub struct MapSnapshot {
     version: u64,
-    resources: BTreeMap<String, BTreeMap<String, Arc<Resource>>>,
+    /// One part per type URL: every proxy gets the same.
+    resources: BTreeMap<String, Arc<ResourceMap>>,
     /// `Some(v)`: this snapshot differs from version `v` in endpoints only.
     endpoints_only_since: Option<u64>,
 }
@@ -54,16 +56,14 @@ impl MapSnapshot {
             type_url: type_url.to_string(),
             value: payload.to_vec(),
         };
-        self.resources
-            .entry(type_url.to_string())
-            .or_default()
-            .insert(name.to_string(), Arc::new(Resource::new(name, body)));
+        Arc::make_mut(self.resources.entry(type_url.to_string()).or_default())
+            .insert(name.to_string(), Resource::new(name, body).shared());
     }
 
     /// Removes a resource.
     pub fn without(mut self, type_url: &str, name: &str) -> Self {
         if let Some(by_name) = self.resources.get_mut(type_url) {
-            by_name.remove(name);
+            Arc::make_mut(by_name).remove(name);
         }
         self
     }
@@ -99,22 +99,12 @@ impl XdsSnapshot for MapSnapshot {
         self.version
     }
 
-    fn resources(
-        &self,
-        _proxy: &Proxy,
-        type_url: &str,
-        names: Option<&BTreeSet<String>>,
-    ) -> Vec<Arc<Resource>> {
-        let Some(by_name) = self.resources.get(type_url) else {
-            return Vec::new();
-        };
-        match names {
-            None => by_name.values().cloned().collect(),
-            Some(names) => names
-                .iter()
-                .filter_map(|n| by_name.get(n).cloned())
-                .collect(),
-        }
+    fn parts(&self, _proxy: &Proxy, xds_type: XdsType) -> Vec<Arc<ResourceMap>> {
+        self.resources
+            .get(xds_type.type_url())
+            .cloned()
+            .into_iter()
+            .collect()
     }
 
     fn change_since(&self, previous: u64) -> ChangeKind {

@@ -1,46 +1,63 @@
 //! The ADS protocol engine: `StreamAggregatedResources` (SotW) and
-//! `DeltaAggregatedResources` over tonic, with one synchronous state machine per stream.
+//! `DeltaAggregatedResources` over hyper's HTTP/2 with our own gRPC framing of the
+//! responses, one synchronous state machine per stream, and every response body shared
+//! by the streams that send it.
 //!
 //! Public surface:
 //! - [`XdsSnapshot`], [`Resource`], [`ChangeKind`]: the seam the generators implement;
 //!   [`MapSnapshot`] is a map-backed one for tests and load tools.
-//! - [`SotwStream`], [`DeltaStream`]: the per-stream protocol state machines.
-//! - [`AdsServer`] (the tonic service), [`AdsConfig`], and [`serve`] to run it on a listener.
+//! - [`ServedSnapshot`], [`View`]: a snapshot with the responses computed from it, shared
+//!   by every stream; [`NameSets`], the interned subscriptions.
+//! - [`SotwStream`], [`DeltaStream`]: the per-stream protocol state machines, and the
+//!   responses they decide ([`SotwResponse`], [`DeltaResponse`]) with their encodings.
+//! - [`AdsServer`], [`AdsConfig`], and [`serve`] to run it on a listener.
 //! - [`ConnectionRegistry`]: the open streams and their per-type status records
 //!   ([`TypeStatus`]: last sent, ACK, NACK), for `/debug/adsz` and `/debug/syncz`.
 //! - [`XdsType`] and the four served type URLs.
 
+mod admission;
 mod connection;
 mod delta;
+mod grpc;
+mod intern;
 mod map_snapshot;
-mod push;
+mod names;
+mod proto;
 mod registry;
 mod resource;
 mod service;
 mod sotw;
 mod state;
 mod types;
+mod view;
+mod wire;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-pub use connection::{ConnectionClosing, ConnectionPolicy};
-pub(crate) use connection::{Transport, serve_connections};
+pub use connection::{
+    ConnectionClosing, ConnectionPolicy, LISTEN_BACKLOG, MAX_SEND_BUFFER, listen,
+};
+pub(crate) use connection::{Handler, Transport, serve_connections};
 pub use delta::DeltaStream;
+pub use grpc::AdsBody;
+pub use grpc::{DELTA_PATH, SOTW_PATH, StreamMeter};
 pub use map_snapshot::MapSnapshot;
+pub use names::{NameSet, NameSets};
 pub use registry::{
     ConnectionRegistry, StreamHandle, StreamMode, StreamStatus, SyncStatus, TypeSync,
 };
-pub use resource::{
-    ChangeKind, Resource, SnapshotReceiver, SnapshotSender, StampedSnapshot, XdsSnapshot,
-    content_version,
-};
+pub use resource::{ChangeKind, Resource, ResourceMap, XdsSnapshot, content_version, shared_part};
 pub use service::{AdsConfig, AdsError, AdsServer};
 pub use sotw::SotwStream;
 pub use state::{
-    AckStatus, NackStatus, Output, ProtocolEvent, SentStatus, Subscription, TypeStatus, WILDCARD,
+    AckStatus, NackStatus, ProtocolEvent, SentStatus, Subscription, TypeStatus, WILDCARD,
 };
 pub use types::{CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, XdsType};
+pub use view::{ServedSnapshot, SnapshotReceiver, SnapshotSender, StampedSnapshot, View};
+pub use wire::{
+    ControlPlane, DeltaResources, DeltaResponse, Encoded, SotwResponse, encode_delta, encode_sotw,
+};
 
 /// Serves ADS on `listener` until `drain` is cancelled; then drains: new streams are
 /// refused, the listener closes, and every connection ends (GOAWAY, its streams end with
@@ -58,7 +75,7 @@ pub async fn serve(
     let server = AdsServer::new(snapshots, registry, config, drain.clone());
     connection::serve_connections(
         listener,
-        server.service(),
+        server,
         connection::Plaintext,
         policy,
         drain,

@@ -14,6 +14,7 @@ use std::time::SystemTime;
 use pilotfish_mesh::model::Proxy;
 use serde::Serialize;
 
+use super::grpc::StreamMeter;
 use super::state::{TypeStatus, rfc3339};
 use super::types::XdsType;
 use crate::metrics;
@@ -51,6 +52,22 @@ pub struct StreamStatus {
     pub types: Vec<TypeStatus>,
     /// Type URLs the client asked for that this server does not serve.
     pub unknown_type_urls: Vec<String>,
+    /// Responses and bytes handed to the transport, and bytes not yet taken by it.
+    #[serde(serialize_with = "meter")]
+    pub transport: Arc<StreamMeter>,
+}
+
+impl PartialEq for StreamMeter {
+    /// Meters are live counters: two are equal only if they are the same meter.
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl Eq for StreamMeter {}
+
+fn meter<S: serde::Serializer>(meter: &Arc<StreamMeter>, serializer: S) -> Result<S::Ok, S::Error> {
+    meter.as_ref().serialize(serializer)
 }
 
 /// One row of `/debug/syncz`.
@@ -219,6 +236,7 @@ mod tests {
             snapshot_version: None,
             types: vec![],
             unknown_type_urls: vec![],
+            transport: Arc::default(),
         }
     }
 
@@ -232,7 +250,7 @@ mod tests {
         let sent = TypeStatus {
             type_url: crate::ads::types::CLUSTER_TYPE.into(),
             wildcard: true,
-            subscribed: vec![],
+            subscribed: crate::ads::names::NameSet::empty(),
             last_sent: Some(SentStatus {
                 version: "v1".into(),
                 nonce: "1".into(),

@@ -1,16 +1,26 @@
 //! The seam between the ADS engine and the resource generators: [`Resource`] (one encoded
 //! xDS resource), [`XdsSnapshot`] (what the engine asks of a mesh snapshot) and
-//! [`ChangeKind`]. The engine never looks inside a resource; it only compares versions.
+//! [`ChangeKind`]. The engine never looks inside a resource; it only compares versions
+//! and copies bytes.
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
-use std::time::Instant;
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, LazyLock, OnceLock};
 
+use bytes::{Bytes, BytesMut};
 use pilotfish_mesh::model::Proxy;
 use sha2::{Digest, Sha256};
 
+use super::intern::WeakTable;
+use super::proto;
+use super::types::XdsType;
+
+/// Every live resource of the process, by content: the scopes of one snapshot and
+/// successive snapshots generate equal resources again and again, and keep one copy.
+static RESOURCES: LazyLock<WeakTable<Resource>> = LazyLock::new(WeakTable::default);
+
 /// One encoded xDS resource ready to send. Shared (`Arc`) by every stream that sends it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Resource {
     pub name: String,
     /// Content hash of `body` (hex of the first 16 bytes of SHA-256 over the Any's type
@@ -18,6 +28,18 @@ pub struct Resource {
     /// elsewhere with `initial_resource_versions` is sent nothing it already has.
     pub version: String,
     pub body: prost_types::Any,
+    /// This resource as one entry of a `DeltaDiscoveryResponse` (field `resources`: name,
+    /// version and the Any), encoded on first use and then shared by every delta stream
+    /// that sends it.
+    delta_entry: OnceLock<Bytes>,
+}
+
+impl PartialEq for Resource {
+    /// Equal names and content. The version is a hash of the content, so it decides
+    /// before the bytes are compared.
+    fn eq(&self, other: &Self) -> bool {
+        self.version == other.version && self.name == other.name && self.body == other.body
+    }
 }
 
 impl Resource {
@@ -28,7 +50,54 @@ impl Resource {
             name: name.into(),
             version,
             body,
+            delta_entry: OnceLock::new(),
         }
+    }
+
+    /// The one shared copy of this resource: an equal resource (same type, name and
+    /// content) that is alive anywhere in the process, or this one. Snapshots hand out
+    /// interned resources, so equal content is one allocation and one encoding however
+    /// many scopes and snapshots generate it.
+    pub fn shared(self) -> Arc<Resource> {
+        let mut hasher = DefaultHasher::new();
+        (&self.body.type_url, &self.name, &self.version).hash(&mut hasher);
+        RESOURCES.intern(hasher.finish(), self, |a, b| a == b)
+    }
+
+    /// Live interned resources in the process.
+    pub fn interned() -> usize {
+        RESOURCES.len()
+    }
+
+    /// The encoded `DeltaDiscoveryResponse.resources` entry (tag, length, message).
+    pub(crate) fn delta_entry(&self) -> &Bytes {
+        self.delta_entry.get_or_init(|| {
+            // envoy.service.discovery.v3.Resource { version = 1; resource = 2; name = 3 }
+            let inner = proto::delimited_len(1, self.version.len())
+                + proto::delimited_len(2, proto::any_len(&self.body))
+                + proto::delimited_len(3, self.name.len());
+            let mut buf = BytesMut::with_capacity(proto::delimited_len(2, inner));
+            proto::put_delimited_header(2, inner, &mut buf);
+            proto::put_delimited(1, self.version.as_bytes(), &mut buf);
+            proto::put_delimited_header(2, proto::any_len(&self.body), &mut buf);
+            proto::put_any(&self.body, &mut buf);
+            proto::put_delimited(3, self.name.as_bytes(), &mut buf);
+            buf.freeze()
+        })
+    }
+
+    /// The encoded `DiscoveryResponse.resources` entry (tag 2, length, the Any): a slice of
+    /// the delta entry, whose `Resource.resource` field is the same tag and the same Any,
+    /// so a SotW response that carries this resource alone shares its one encoding.
+    pub(crate) fn sotw_entry(&self) -> Bytes {
+        let entry = self.delta_entry();
+        let any = proto::any_len(&self.body);
+        let inner = proto::delimited_len(1, self.version.len())
+            + proto::delimited_len(2, any)
+            + proto::delimited_len(3, self.name.len());
+        let start =
+            proto::delimited_len(2, inner) - inner + proto::delimited_len(1, self.version.len());
+        entry.slice(start..start + proto::delimited_len(2, any))
     }
 }
 
@@ -43,11 +112,34 @@ pub fn content_version(body: &prost_types::Any) -> String {
     hex::encode(&hasher.finalize()[..16])
 }
 
+/// Generated resources of one part of a proxy's configuration, by name.
+pub type ResourceMap = BTreeMap<String, Arc<Resource>>;
+
+/// Every live part of the process, by content.
+static PARTS: LazyLock<WeakTable<ResourceMap>> = LazyLock::new(WeakTable::default);
+
+/// The one shared copy of a part's content: an equal part (the same names and the same
+/// interned resources) alive anywhere in the process, or `part` itself. Scopes whose
+/// parts come out the same then share one map, and the engine — which keys its shared
+/// responses on the parts' identity — one response.
+pub fn shared_part(part: ResourceMap) -> Arc<ResourceMap> {
+    let mut hasher = DefaultHasher::new();
+    for (name, resource) in &part {
+        (name, &resource.version).hash(&mut hasher);
+    }
+    PARTS.intern(hasher.finish(), part, |a, b| {
+        a.len() == b.len()
+            && a.iter()
+                .zip(b.iter())
+                .all(|((n, x), (m, y))| n == m && (Arc::ptr_eq(x, y) || x == y))
+    })
+}
+
 /// How a snapshot differs from an earlier one, as far as the publisher knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChangeKind {
     /// Only endpoints changed: a stream that saw exactly the earlier snapshot recomputes
-    /// EDS only (the cheap path, which never waits behind full pushes).
+    /// EDS only (the cheap path).
     EndpointsOnly,
     /// Anything else, or unknown: recompute every type.
     Full,
@@ -60,51 +152,46 @@ pub trait XdsSnapshot: Send + Sync + 'static {
     /// never used as `version_info`.
     fn version(&self) -> u64;
 
+    /// Every resource of `xds_type` that `proxy` may see, as the parts the snapshot
+    /// caches. Two proxies given the same parts (the same `Arc`s) see the same resources:
+    /// the engine keys its shared responses on the parts' identity, so a snapshot must
+    /// hand out the same `Arc` for the same content for as long as it lives. Names are
+    /// unique across the parts; if one repeats, the first part's resource wins.
+    fn parts(&self, proxy: &Proxy, xds_type: XdsType) -> Vec<Arc<ResourceMap>>;
+
+    /// How this snapshot differs from the one with version `previous`, when known: lets a
+    /// stream that saw exactly `previous` recompute only EDS.
+    fn change_since(&self, previous: u64) -> ChangeKind;
+
     /// Resources of `type_url` for `proxy`: every one when `names` is `None` (wildcard),
-    /// else those of `names` that exist.
+    /// else those of `names` that exist (in name order, each name once).
     fn resources(
         &self,
         proxy: &Proxy,
         type_url: &str,
         names: Option<&BTreeSet<String>>,
-    ) -> Vec<Arc<Resource>>;
-
-    /// How this snapshot differs from the one with version `previous`, when known: lets a
-    /// stream that saw exactly `previous` recompute only EDS.
-    fn change_since(&self, previous: u64) -> ChangeKind;
-}
-
-/// Copies a resource body into the Any type of the Envoy messages (`envoy-types` carries
-/// its own `google.protobuf.Any`).
-pub(crate) fn to_envoy_any(body: &prost_types::Any) -> envoy_types::pb::google::protobuf::Any {
-    envoy_types::pb::google::protobuf::Any {
-        type_url: body.type_url.clone(),
-        value: body.value.clone(),
-    }
-}
-
-/// A snapshot as the feed hands it to the streams, with the moment this replica received
-/// it: the start of the convergence time each stream observes.
-#[derive(Clone)]
-pub struct StampedSnapshot {
-    pub snapshot: Arc<dyn XdsSnapshot>,
-    pub arrived: Instant,
-}
-
-impl StampedSnapshot {
-    /// `snapshot`, received now.
-    pub fn now(snapshot: Arc<dyn XdsSnapshot>) -> Self {
-        StampedSnapshot {
-            snapshot,
-            arrived: Instant::now(),
+    ) -> Vec<Arc<Resource>> {
+        let Some(xds_type) = XdsType::from_type_url(type_url) else {
+            return Vec::new();
+        };
+        let parts = self.parts(proxy, xds_type);
+        match names {
+            None => {
+                let mut all = ResourceMap::new();
+                for part in &parts {
+                    for (name, resource) in part.iter() {
+                        all.entry(name.clone()).or_insert_with(|| resource.clone());
+                    }
+                }
+                all.into_values().collect()
+            }
+            Some(names) => names
+                .iter()
+                .filter_map(|n| parts.iter().find_map(|p| p.get(n).cloned()))
+                .collect(),
         }
     }
 }
-
-/// The one hand-off from the feed to the streams: `None` until the first snapshot.
-pub type SnapshotSender = tokio::sync::watch::Sender<Option<StampedSnapshot>>;
-/// What the engine receives: `None` until the first snapshot is loaded.
-pub type SnapshotReceiver = tokio::sync::watch::Receiver<Option<StampedSnapshot>>;
 
 #[cfg(test)]
 mod tests {
@@ -131,5 +218,22 @@ mod tests {
             content_version(&any("", b"")),
             "6e340b9cffb37a989ca544e6bb780a2c"
         );
+    }
+
+    #[test]
+    fn the_sotw_entry_is_the_any_field_of_the_delta_entry() {
+        use prost::Message;
+        // Sizes around the varint boundaries of the lengths.
+        for size in [1, 100, 127, 128, 16_383, 16_384, 70_000] {
+            let r = Resource::new("name", any("type.googleapis.com/x", &vec![7u8; size]));
+            let mut expected = Vec::new();
+            proto::put_delimited(2, &r.body.encode_to_vec(), &mut expected);
+            assert_eq!(&r.sotw_entry()[..], &expected[..], "size {size}");
+            let range = r.delta_entry().as_ptr_range();
+            assert!(
+                range.contains(&r.sotw_entry().as_ptr()),
+                "a slice, not a copy"
+            );
+        }
     }
 }

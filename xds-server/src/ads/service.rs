@@ -1,36 +1,41 @@
-//! The tonic ADS service ([`AdsServer`]) and the async loop of each stream. The loop only
-//! moves messages: it selects between the client's requests, the next snapshot and room
-//! in the outbound channel, and hands requests and snapshots to the stream's synchronous
-//! state machine ([`SotwStream`] or [`DeltaStream`]), which decides every response.
+//! The ADS service ([`AdsServer`]) and the async loop of each stream. The loop only
+//! moves messages: it selects between the client's requests, the next snapshot, the
+//! connection closing and the response body asking for its next message, and hands
+//! requests and snapshots to the stream's synchronous state machine ([`SotwStream`] or
+//! [`DeltaStream`]), which decides every response.
+//!
+//! A response is computed only when the body asks for one ([`Outbox::wanted`]), which it
+//! does only when h2 has room to send on the stream: a stream computes and queues at the
+//! pace its socket drains, holds at most one response between itself and h2, and a stream
+//! whose client stopped reading computes nothing at all.
 
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
-    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
-};
-use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
-};
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
 use pilotfish_mesh::model::Proxy;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::Status;
 use tracing::{Instrument, debug, info, warn};
 
-use super::connection::{ConnectionClosing, ConnectionPolicy};
+use super::admission::StreamRate;
+use super::connection::{ConnectionClosing, Handler};
 use super::delta::DeltaStream;
-use super::push::{PushLimiter, StreamRate};
+use super::grpc::{
+    AdsBody, DELTA_PATH, Outbox, RequestStream, SOTW_PATH, response_channel, status_response,
+    streaming_response,
+};
+use super::names::NameSets;
 use super::registry::{ConnectionRegistry, StreamHandle, StreamMode, StreamStatus};
-use super::resource::{SnapshotReceiver, XdsSnapshot};
 use super::sotw::SotwStream;
-use super::state::TypeStatus;
-use super::state::{Output, ProtocolEvent};
+use super::state::{ProtocolEvent, TypeStatus};
 use super::types::XdsType;
+use super::view::{ServedSnapshot, SnapshotReceiver};
+use super::wire::{ControlPlane, DeltaResponse, Encoded, SotwResponse, encode_delta, encode_sotw};
 use crate::identity::{Caller, authorize_node};
 use crate::metrics;
 use crate::node::{ParsedNode, parse_node};
@@ -40,17 +45,10 @@ use crate::node::{ParsedNode, parse_node};
 pub struct AdsConfig {
     /// `control_plane.identifier` of every response (`--replica-name`).
     pub replica_name: String,
-    /// Streams computing a full push at once.
-    pub push_concurrency: usize,
-    /// Streams computing an endpoints-only push at once (a separate pool).
-    pub endpoint_push_concurrency: usize,
-    /// Responses buffered per stream in the channel to the transport; beyond it they wait
-    /// in the stream's own queue and the stream stops taking new snapshots until drained.
-    pub outbound_buffer: usize,
     /// How long a new stream may take to send its first request.
     pub first_request_timeout: Duration,
     /// How client connections are kept and ended (maximum age with jitter, GOAWAY).
-    pub connections: ConnectionPolicy,
+    pub connections: super::connection::ConnectionPolicy,
     /// On shutdown, connections are ended at random moments within this grace, so their
     /// clients reconnect to other replicas spread over time rather than all at once.
     pub drain_grace: Duration,
@@ -64,11 +62,8 @@ impl Default for AdsConfig {
     fn default() -> Self {
         AdsConfig {
             replica_name: "pilotfish-xds".to_string(),
-            push_concurrency: 64,
-            endpoint_push_concurrency: 64,
-            outbound_buffer: 8,
             first_request_timeout: Duration::from_secs(30),
-            connections: ConnectionPolicy::default(),
+            connections: super::connection::ConnectionPolicy::default(),
             drain_grace: Duration::ZERO,
             new_streams_per_second: None,
         }
@@ -78,8 +73,6 @@ impl Default for AdsConfig {
 /// Why the ADS server (`ads::serve`) stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum AdsError {
-    #[error("ADS gRPC server failed: {0}")]
-    Transport(#[from] tonic::transport::Error),
     #[error("cannot read the ADS listener's address: {0}")]
     Listener(#[source] std::io::Error),
 }
@@ -88,14 +81,17 @@ struct Shared {
     snapshots: SnapshotReceiver,
     registry: ConnectionRegistry,
     config: AdsConfig,
-    limiter: PushLimiter,
+    /// The replica's `control_plane` field, encoded once.
+    control_plane: ControlPlane,
+    /// Subscribed name sets, one copy each for all streams.
+    names: Arc<NameSets>,
     /// Cancelled when the replica drains: new streams are refused.
     draining: CancellationToken,
     /// Admission of new streams (`new_streams_per_second`).
     stream_rate: Option<std::sync::Mutex<StreamRate>>,
 }
 
-/// The ADS gRPC service. Cheap to clone; every clone serves the same streams.
+/// The ADS service. Cheap to clone; every clone serves the same streams.
 #[derive(Clone)]
 pub struct AdsServer {
     shared: Arc<Shared>,
@@ -125,10 +121,8 @@ impl AdsServer {
             shared: Arc::new(Shared {
                 snapshots,
                 registry,
-                limiter: PushLimiter::new(
-                    config.push_concurrency,
-                    config.endpoint_push_concurrency,
-                ),
+                control_plane: ControlPlane::new(&config.replica_name),
+                names: NameSets::new(),
                 stream_rate: config
                     .new_streams_per_second
                     .map(|rate| std::sync::Mutex::new(StreamRate::new(rate, Instant::now()))),
@@ -138,21 +132,54 @@ impl AdsServer {
         }
     }
 
-    /// The tonic service to add to a server.
-    pub fn service(&self) -> AggregatedDiscoveryServiceServer<AdsServer> {
-        AggregatedDiscoveryServiceServer::new(self.clone())
-    }
-
     pub fn registry(&self) -> &ConnectionRegistry {
         &self.shared.registry
+    }
+
+    /// Distinct subscribed name sets held by the open streams.
+    pub fn name_sets(&self) -> usize {
+        self.shared.names.len()
+    }
+
+    /// Admits a stream (draining, rate limit, first request, node) and starts its task;
+    /// SotW and delta differ only in their state machine.
+    async fn open<M: Machine>(
+        &self,
+        request: Request<Incoming>,
+        origin: Origin,
+    ) -> Response<AdsBody> {
+        // The secure port's router put the authenticated caller here.
+        let caller = request.extensions().get::<Caller>().cloned();
+        let mut inbound = RequestStream::<M::Request>::new(request.into_body());
+        let (first, proxy) = match self
+            .accept(
+                &mut inbound,
+                |r: &M::Request| parse_node(M::node(r)),
+                caller.as_ref(),
+            )
+            .await
+        {
+            Ok(accepted) => accepted,
+            Err(status) => return status_response(status),
+        };
+        let (body, outbox) = response_channel();
+        tokio::spawn(run_stream::<M>(
+            self.shared.clone(),
+            proxy,
+            origin,
+            first,
+            inbound,
+            outbox,
+        ));
+        streaming_response(body)
     }
 
     /// Reads the first request of a stream and turns its node into a proxy. A stream of
     /// the secure port carries its authenticated `caller`, and its node must be one that
     /// caller may claim (`identity::authorize_node`).
-    async fn accept<R>(
+    async fn accept<R: prost::Message + Default>(
         &self,
-        inbound: &mut Streaming<R>,
+        inbound: &mut RequestStream<R>,
         node_of: impl FnOnce(&R) -> Result<ParsedNode, crate::node::NodeError>,
         caller: Option<&Caller>,
     ) -> Result<(R, Arc<Proxy>), Status> {
@@ -210,103 +237,67 @@ impl AdsServer {
     }
 }
 
-#[tonic::async_trait]
-impl AggregatedDiscoveryService for AdsServer {
-    type StreamAggregatedResourcesStream = ReceiverStream<Result<DiscoveryResponse, Status>>;
-    type DeltaAggregatedResourcesStream = ReceiverStream<Result<DeltaDiscoveryResponse, Status>>;
+impl Handler for AdsServer {
+    type Body = AdsBody;
 
-    async fn stream_aggregated_resources(
+    async fn handle(
         &self,
-        request: Request<Streaming<DiscoveryRequest>>,
-    ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
-        self.open::<SotwStream>(request).await
-    }
-
-    async fn delta_aggregated_resources(
-        &self,
-        request: Request<Streaming<DeltaDiscoveryRequest>>,
-    ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
-        self.open::<DeltaStream>(request).await
-    }
-}
-
-impl AdsServer {
-    /// Admits a stream (first request, node, rate limit) and starts its task; SotW and
-    /// delta differ only in their state machine.
-    async fn open<M: Machine>(
-        &self,
-        request: Request<Streaming<M::Request>>,
-    ) -> Result<Response<ReceiverStream<Result<M::Response, Status>>>, Status> {
-        let origin = Origin::of(&request);
-        let caller = request.extensions().get::<Caller>().cloned();
-        let mut inbound = request.into_inner();
-        let (first, proxy) = self
-            .accept(
-                &mut inbound,
-                |r: &M::Request| parse_node(M::node(r)),
-                caller.as_ref(),
-            )
-            .await?;
-        let (tx, rx) = mpsc::channel(self.shared.config.outbound_buffer.max(1));
-        let replica = self.shared.config.replica_name.clone();
-        let make = move |proxy: Arc<Proxy>, snapshot| M::new(proxy, &replica, snapshot);
-        tokio::spawn(run_stream(
-            self.shared.clone(),
-            proxy,
-            origin,
-            first,
-            inbound,
-            tx,
-            make,
-        ));
-        Ok(Response::new(ReceiverStream::new(rx)))
+        request: Request<Incoming>,
+        peer: Option<SocketAddr>,
+        closing: Option<ConnectionClosing>,
+    ) -> Response<AdsBody> {
+        let origin = Origin { peer, closing };
+        match request.uri().path() {
+            SOTW_PATH => self.open::<SotwStream>(request, origin).await,
+            DELTA_PATH => self.open::<DeltaStream>(request, origin).await,
+            _ => status_response(Status::unimplemented("")),
+        }
     }
 }
 
 /// What the stream loop needs of a state machine; SotW and delta differ only here.
 trait Machine: Send + 'static {
-    type Request: Send + 'static;
-    type Response: Send + 'static;
+    type Request: prost::Message + Default + Send + 'static;
+    type Response: Send;
     const MODE: StreamMode;
-    fn new(proxy: Arc<Proxy>, replica: &str, snapshot: Arc<dyn XdsSnapshot>) -> Self;
+    fn new(proxy: Arc<Proxy>, snapshot: Arc<ServedSnapshot>, names: Arc<NameSets>) -> Self;
     /// The node of a request (only the first one is guaranteed to carry it).
     fn node(request: &Self::Request) -> Option<&Node>;
-    fn on_request(&mut self, request: &Self::Request, now: SystemTime) -> Output<Self::Response>;
-    fn on_snapshot(
-        &mut self,
-        snapshot: Arc<dyn XdsSnapshot>,
-        now: SystemTime,
-    ) -> Output<Self::Response>;
+    fn on_request(&mut self, request: &Self::Request, now: SystemTime) -> Vec<ProtocolEvent>;
+    fn on_snapshot(&mut self, snapshot: Arc<ServedSnapshot>);
+    fn has_owed(&self) -> bool;
+    fn next_response(&mut self, now: SystemTime) -> Option<Self::Response>;
+    fn encode(response: &Self::Response, control_plane: &ControlPlane) -> (XdsType, Encoded);
     fn status(&self) -> (Vec<TypeStatus>, Vec<String>);
     fn snapshot_version(&self) -> u64;
-    fn type_url(response: &Self::Response) -> &str;
 }
 
 // The stream loop drives the state machines through this trait; each method is the
 // machine's own (inherent) one.
 impl Machine for SotwStream {
     type Request = DiscoveryRequest;
-    type Response = DiscoveryResponse;
+    type Response = SotwResponse;
     const MODE: StreamMode = StreamMode::Sotw;
-    fn new(proxy: Arc<Proxy>, replica: &str, snapshot: Arc<dyn XdsSnapshot>) -> Self {
-        SotwStream::new(proxy, replica, snapshot)
+    fn new(proxy: Arc<Proxy>, snapshot: Arc<ServedSnapshot>, names: Arc<NameSets>) -> Self {
+        SotwStream::new(proxy, snapshot, names)
     }
     fn node(request: &DiscoveryRequest) -> Option<&Node> {
         request.node.as_ref()
     }
-    fn on_request(
-        &mut self,
-        request: &DiscoveryRequest,
-        now: SystemTime,
-    ) -> Output<DiscoveryResponse> {
+    fn on_request(&mut self, request: &DiscoveryRequest, now: SystemTime) -> Vec<ProtocolEvent> {
         SotwStream::on_request(self, request, now)
     }
-    fn on_snapshot(
-        &mut self,
-        snapshot: Arc<dyn XdsSnapshot>,
-        now: SystemTime,
-    ) -> Output<DiscoveryResponse> {
-        SotwStream::on_snapshot(self, snapshot, now)
+    fn on_snapshot(&mut self, snapshot: Arc<ServedSnapshot>) {
+        SotwStream::on_snapshot(self, snapshot)
+    }
+    fn has_owed(&self) -> bool {
+        SotwStream::has_owed(self)
+    }
+    fn next_response(&mut self, now: SystemTime) -> Option<SotwResponse> {
+        SotwStream::next_response(self, now)
+    }
+    fn encode(response: &SotwResponse, control_plane: &ControlPlane) -> (XdsType, Encoded) {
+        (response.xds_type(), encode_sotw(response, control_plane))
     }
     fn status(&self) -> (Vec<TypeStatus>, Vec<String>) {
         SotwStream::status(self)
@@ -314,17 +305,14 @@ impl Machine for SotwStream {
     fn snapshot_version(&self) -> u64 {
         SotwStream::snapshot_version(self)
     }
-    fn type_url(response: &DiscoveryResponse) -> &str {
-        &response.type_url
-    }
 }
 
 impl Machine for DeltaStream {
     type Request = DeltaDiscoveryRequest;
-    type Response = DeltaDiscoveryResponse;
+    type Response = DeltaResponse;
     const MODE: StreamMode = StreamMode::Delta;
-    fn new(proxy: Arc<Proxy>, replica: &str, snapshot: Arc<dyn XdsSnapshot>) -> Self {
-        DeltaStream::new(proxy, replica, snapshot)
+    fn new(proxy: Arc<Proxy>, snapshot: Arc<ServedSnapshot>, names: Arc<NameSets>) -> Self {
+        DeltaStream::new(proxy, snapshot, names)
     }
     fn node(request: &DeltaDiscoveryRequest) -> Option<&Node> {
         request.node.as_ref()
@@ -333,15 +321,20 @@ impl Machine for DeltaStream {
         &mut self,
         request: &DeltaDiscoveryRequest,
         now: SystemTime,
-    ) -> Output<DeltaDiscoveryResponse> {
+    ) -> Vec<ProtocolEvent> {
         DeltaStream::on_request(self, request, now)
     }
-    fn on_snapshot(
-        &mut self,
-        snapshot: Arc<dyn XdsSnapshot>,
-        now: SystemTime,
-    ) -> Output<DeltaDiscoveryResponse> {
-        DeltaStream::on_snapshot(self, snapshot, now)
+    fn on_snapshot(&mut self, snapshot: Arc<ServedSnapshot>) {
+        DeltaStream::on_snapshot(self, snapshot)
+    }
+    fn has_owed(&self) -> bool {
+        DeltaStream::has_owed(self)
+    }
+    fn next_response(&mut self, now: SystemTime) -> Option<DeltaResponse> {
+        DeltaStream::next_response(self, now)
+    }
+    fn encode(response: &DeltaResponse, control_plane: &ControlPlane) -> (XdsType, Encoded) {
+        (response.xds_type, encode_delta(response, control_plane))
     }
     fn status(&self) -> (Vec<TypeStatus>, Vec<String>) {
         DeltaStream::status(self)
@@ -349,16 +342,6 @@ impl Machine for DeltaStream {
     fn snapshot_version(&self) -> u64 {
         DeltaStream::snapshot_version(self)
     }
-    fn type_url(response: &DeltaDiscoveryResponse) -> &str {
-        &response.type_url
-    }
-}
-
-/// Per-stream mutable loop state besides the machine.
-struct Outbox<R> {
-    pending: VecDeque<R>,
-    /// Arrival time of the oldest snapshot whose responses are still queued.
-    converging: Option<Instant>,
 }
 
 /// Where a stream came from: its peer and its connection's closing signal.
@@ -367,24 +350,14 @@ struct Origin {
     closing: Option<ConnectionClosing>,
 }
 
-impl Origin {
-    fn of<T>(request: &Request<T>) -> Self {
-        Origin {
-            peer: request.remote_addr(),
-            closing: request.extensions().get::<ConnectionClosing>().cloned(),
-        }
-    }
-}
-
 /// One stream, from its first request to its end.
 async fn run_stream<M: Machine>(
     shared: Arc<Shared>,
     proxy: Arc<Proxy>,
     origin: Origin,
     first: M::Request,
-    inbound: Streaming<M::Request>,
-    tx: mpsc::Sender<Result<M::Response, Status>>,
-    make: impl FnOnce(Arc<Proxy>, Arc<dyn XdsSnapshot>) -> M + Send + 'static,
+    inbound: RequestStream<M::Request>,
+    outbox: Outbox,
 ) {
     let Origin { peer, closing } = origin;
     let mut snapshots = shared.snapshots.clone();
@@ -395,14 +368,14 @@ async fn run_stream<M: Machine>(
         }
         tokio::select! {
             changed = snapshots.changed() => if changed.is_err() { return },
-            _ = tx.closed() => return,
-            _ = ConnectionClosing::wait(closing.as_ref()) => {
-                let _ = tx.try_send(Err(connection_ending()));
+            () = outbox.closed() => return,
+            () = ConnectionClosing::wait(closing.as_ref()) => {
+                outbox.end(connection_ending());
                 return;
             }
         }
     };
-    let machine = make(proxy.clone(), stamped.snapshot);
+    let machine = M::new(proxy.clone(), stamped.snapshot, shared.names.clone());
     let handle = shared.registry.register(StreamStatus {
         stream_id: 0,
         proxy: proxy.clone(),
@@ -417,6 +390,7 @@ async fn run_stream<M: Machine>(
         snapshot_version: None,
         types: Vec::new(),
         unknown_type_urls: Vec::new(),
+        transport: outbox.meter().clone(),
     });
     let span = tracing::info_span!("ads", stream = handle.id(), proxy = %proxy.id);
     let stream = StreamIo {
@@ -424,7 +398,7 @@ async fn run_stream<M: Machine>(
         snapshots,
         closing,
         inbound,
-        tx,
+        outbox,
         handle,
     };
     stream.serve(machine, first, peer).instrument(span).await;
@@ -436,9 +410,16 @@ struct StreamIo<'a, M: Machine> {
     snapshots: SnapshotReceiver,
     /// The connection's closing signal (max age or drain), when served by our listener.
     closing: Option<ConnectionClosing>,
-    inbound: Streaming<M::Request>,
-    tx: mpsc::Sender<Result<M::Response, Status>>,
+    inbound: RequestStream<M::Request>,
+    outbox: Outbox,
     handle: StreamHandle,
+}
+
+/// A push in progress on one stream: the arrival of the snapshot that started it, and
+/// whether it has sent anything yet.
+struct Converging {
+    arrived: Instant,
+    sent: bool,
 }
 
 impl<M: Machine> StreamIo<'_, M> {
@@ -448,43 +429,44 @@ impl<M: Machine> StreamIo<'_, M> {
             mut snapshots,
             closing,
             mut inbound,
-            tx,
+            outbox,
             handle,
         } = self;
         debug!(peer = ?peer, mode = ?M::MODE, "ADS stream opened");
-        let mut outbox = Outbox {
-            pending: VecDeque::new(),
-            converging: None,
-        };
-        let out = machine.on_request(&first, SystemTime::now());
-        absorb::<M>(out, &mut outbox, None);
+        let events = machine.on_request(&first, SystemTime::now());
+        absorb(&events);
+        drop(first);
         publish_status(&handle, &machine);
         let mut publisher_alive = true;
+        // The body asked for a message and has not been given one yet.
+        let mut wanted = false;
+        let mut converging: Option<Converging> = None;
         loop {
+            if wanted && machine.has_owed() {
+                // No room: the request was stale (the body still holds a message and
+                // asks again once it is sent). Nothing handed over: everything owed was
+                // unchanged, and the body still waits.
+                if !outbox.has_room() || hand_over(shared, &mut machine, &outbox, &mut converging) {
+                    wanted = false;
+                }
+                publish_status(&handle, &machine);
+            }
             tokio::select! {
                 biased;
-                _ = ConnectionClosing::wait(closing.as_ref()) => {
+                () = ConnectionClosing::wait(closing.as_ref()) => {
                     debug!("the ADS connection is ending (maximum age or drain)");
-                    let _ = tx.try_send(Err(connection_ending()));
+                    outbox.end(connection_ending());
                     break;
                 }
-                permit = tx.reserve(), if !outbox.pending.is_empty() => {
-                    let Ok(permit) = permit else { break };
-                    if let Some(response) = outbox.pending.pop_front() {
-                        // Observed before the hand-off so the sample exists by the time
-                        // the client can see the last response.
-                        if outbox.pending.is_empty()
-                            && let Some(arrived) = outbox.converging.take()
-                        {
-                            metrics::PROXY_CONVERGENCE_TIME.observe(arrived.elapsed().as_secs_f64());
-                        }
-                        permit.send(Ok(response));
-                    }
+                () = outbox.closed() => {
+                    debug!("the client reset the ADS stream");
+                    break;
                 }
+                () = outbox.wanted(), if !wanted => wanted = true,
                 message = inbound.message() => match message {
                     Ok(Some(request)) => {
-                        let out = machine.on_request(&request, SystemTime::now());
-                        absorb::<M>(out, &mut outbox, None);
+                        let events = machine.on_request(&request, SystemTime::now());
+                        absorb(&events);
                         publish_status(&handle, &machine);
                     }
                     Ok(None) => break,
@@ -493,19 +475,70 @@ impl<M: Machine> StreamIo<'_, M> {
                         break;
                     }
                 },
-                // A stream still sending an older push does not look at snapshots; when it is
-                // done it reads only the newest one.
-                changed = snapshots.changed(), if outbox.pending.is_empty() && publisher_alive => {
+                // Only marks what is owed: the responses are computed when the body asks,
+                // from the newest snapshot, so a snapshot that arrives before the previous
+                // one was sent replaces it.
+                changed = snapshots.changed(), if publisher_alive => {
                     if changed.is_err() {
                         publisher_alive = false;
                         continue;
                     }
-                    push(shared, &mut snapshots, &mut machine, &mut outbox).await;
-                    publish_status(&handle, &machine);
+                    let Some(stamped) = snapshots.borrow_and_update().clone() else {
+                        continue;
+                    };
+                    machine.on_snapshot(stamped.snapshot);
+                    if machine.has_owed() && converging.is_none() {
+                        converging = Some(Converging { arrived: stamped.arrived, sent: false });
+                    }
                 }
             }
         }
         debug!("ADS stream closed");
+    }
+}
+
+/// Computes the next response and hands it to the body (which has room: it asked).
+/// `false` when there was nothing to send.
+fn hand_over<M: Machine>(
+    shared: &Shared,
+    machine: &mut M,
+    outbox: &Outbox,
+    converging: &mut Option<Converging>,
+) -> bool {
+    let started = Instant::now();
+    let Some(response) = machine.next_response(SystemTime::now()) else {
+        // Everything owed turned out unchanged.
+        finish_convergence(converging);
+        return false;
+    };
+    let (xds_type, encoded) = M::encode(&response, &shared.control_plane);
+    drop(response);
+    let label = xds_type.short_name();
+    metrics::XDS_PUSHES.with_label_values(&[label]).inc();
+    metrics::XDS_PUSH_TIME
+        .with_label_values(&[label])
+        .observe(started.elapsed().as_secs_f64());
+    metrics::XDS_SENT_BYTES
+        .with_label_values(&[label])
+        .inc_by(encoded.len() as u64);
+    if let Some(c) = converging.as_mut() {
+        c.sent = true;
+    }
+    // Observed before the hand-off so the sample exists by the time the client can see
+    // the last response.
+    if !machine.has_owed() {
+        finish_convergence(converging);
+    }
+    let handed = outbox.try_send(encoded);
+    debug_assert!(handed, "the body asked and its slot is free");
+    true
+}
+
+fn finish_convergence(converging: &mut Option<Converging>) {
+    if let Some(c) = converging.take()
+        && c.sent
+    {
+        metrics::PROXY_CONVERGENCE_TIME.observe(c.arrived.elapsed().as_secs_f64());
     }
 }
 
@@ -517,34 +550,9 @@ fn connection_ending() -> Status {
     )
 }
 
-/// Computes the responses for the newest snapshot under a push permit.
-async fn push<M: Machine>(
-    shared: &Shared,
-    snapshots: &mut SnapshotReceiver,
-    machine: &mut M,
-    outbox: &mut Outbox<M::Response>,
-) {
-    let kind = match snapshots.borrow().as_ref() {
-        Some(stamped) => stamped.snapshot.change_since(machine.snapshot_version()),
-        None => return,
-    };
-    let _permit = shared.limiter.acquire(kind).await;
-    // Newer snapshots may have arrived while waiting: take the newest.
-    let Some(stamped) = snapshots.borrow_and_update().clone() else {
-        return;
-    };
-    let started = Instant::now();
-    let out = machine.on_snapshot(stamped.snapshot, SystemTime::now());
-    absorb::<M>(out, outbox, Some((stamped.arrived, started.elapsed())));
-}
-
-/// Queues a machine's responses and turns its events into metrics and logs.
-fn absorb<M: Machine>(
-    out: Output<M::Response>,
-    outbox: &mut Outbox<M::Response>,
-    push: Option<(Instant, Duration)>,
-) {
-    for event in &out.events {
+/// Turns a machine's events into metrics and logs.
+fn absorb(events: &[ProtocolEvent]) {
+    for event in events {
         match event {
             ProtocolEvent::Ack { xds_type, nonce } => debug!(%xds_type, nonce, "ACK"),
             ProtocolEvent::Nack {
@@ -575,22 +583,6 @@ fn absorb<M: Machine>(
             }
         }
     }
-    for response in &out.responses {
-        let label =
-            XdsType::from_type_url(M::type_url(response)).map_or("unknown", XdsType::short_name);
-        metrics::XDS_PUSHES.with_label_values(&[label]).inc();
-        if let Some((_, took)) = push {
-            metrics::XDS_PUSH_TIME
-                .with_label_values(&[label])
-                .observe(took.as_secs_f64());
-        }
-    }
-    if let Some((arrived, _)) = push
-        && !out.responses.is_empty()
-    {
-        outbox.converging.get_or_insert(arrived);
-    }
-    outbox.pending.extend(out.responses);
 }
 
 fn publish_status<M: Machine>(handle: &StreamHandle, machine: &M) {

@@ -1,10 +1,17 @@
 //! The state-of-the-world ADS state machine of one stream ([`SotwStream`]): synchronous
-//! and free of I/O. Input: a `DiscoveryRequest` or a new snapshot; output: the responses
-//! to send, in wire order, and the protocol events to log and count.
+//! and free of I/O. Inputs: a `DiscoveryRequest`, a new snapshot, and "the transport can
+//! take a response now"; outputs: the protocol events to log and count, and one response
+//! at a time ([`SotwStream::next_response`]).
+//!
+//! Requests and snapshots only mark a type as owing a response ([`Reply`]); the response
+//! is computed when the stream can send it, from the newest snapshot, so a stream holds
+//! at most one pending response per type and a newer snapshot replaces what was not sent
+//! yet. Only what is actually returned is recorded as sent, so the client never sees a
+//! nonce that was replaced.
 //!
 //! Rules it implements (each has a unit test below and a wire test in
 //! `tests/integration/ads_sotw.rs`):
-//! - the first request of a type is answered at once, even when empty;
+//! - the first request of a type is answered, even when empty;
 //! - an ACK is never answered; a NACK is recorded and never causes a resend of the same
 //!   content; a request with a stale nonce is ignored;
 //! - a changed name set is answered with exactly the subscribed names (the full set for
@@ -17,68 +24,108 @@
 //!   EDS;
 //! - LDS and CDS responses carry the whole state of the world; RDS and EDS responses carry
 //!   only what the client does not hold yet — resources new or changed against its last
-//!   ACK, newly subscribed names, and the endpoints of warming clusters — as the protocol
-//!   allows for these types (their deletion follows from their parents). One
-//!   VirtualService edit then sends one route configuration, not every one the client
-//!   subscribes to;
+//!   ACK, names subscribed since the last response, and the endpoints of warming
+//!   clusters — as the protocol allows for these types (their deletion follows from their
+//!   parents). One VirtualService edit then sends one route configuration, not every one
+//!   the client subscribes to. A pushed RDS or EDS response that would carry nothing (only
+//!   deletions) is not sent;
 //! - `version_info` is a hash of the names and resource versions of the whole subscribed
 //!   view (also when the response carries part of it).
+//!
+//! A response carrying part of a view is still assembled from shared bytes: each resource
+//! encodes its `DiscoveryResponse.resources` entry once, for every stream and snapshot
+//! (`wire::encode_sotw`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use envoy_types::pb::envoy::config::core::v3::ControlPlane;
-use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use pilotfish_mesh::model::Proxy;
 
-use super::resource::{ChangeKind, Resource, XdsSnapshot, to_envoy_any};
-use super::state::{AckStatus, NackStatus, TypeStatus};
-use super::state::{
-    NonceSource, Output, ProtocolEvent, SentRecord, TypeRecord, served_type, view_version,
-};
+use super::names::NameSets;
+use super::resource::{ChangeKind, Resource};
+use super::state::{AckStatus, Held, NackStatus, Reply, TypeStatus, owe};
+use super::state::{NonceSource, ProtocolEvent, SentRecord, Subscription, TypeRecord, served_type};
 use super::types::XdsType;
+use super::view::{ServedSnapshot, View};
+use super::wire::SotwResponse;
 
-/// Per type: the protocol record and what the client holds (the content of its last ACK).
+/// Per type: the protocol record, what the client holds (the view of its last ACK),
+/// whether a response is owed, and the names subscribed since the last response.
 #[derive(Debug, Default)]
 struct SotwType {
     record: TypeRecord,
-    holds: Arc<BTreeMap<String, String>>,
+    holds: Option<Arc<View>>,
+    owed: Option<Reply>,
+    fresh: Fresh,
 }
 
-/// The content of one response: resources deduplicated by name, in name order.
-struct Content {
-    resources: Vec<Arc<Resource>>,
-    versions: BTreeMap<String, String>,
-    version: String,
+/// Names the client subscribed to since the last response of a type: it wants them even
+/// if it held them once (A→B→A), so they are sent whatever it held at its last ACK.
+#[derive(Debug, Default)]
+enum Fresh {
+    #[default]
+    Nothing,
+    Names(BTreeSet<String>),
+    /// The subscription became a wildcard: everything.
+    All,
+}
+
+impl Fresh {
+    fn add(&mut self, before: &Subscription, now: &Subscription) {
+        if now.wildcard && !before.wildcard {
+            *self = Fresh::All;
+            return;
+        }
+        let added = now.names.iter().filter(|n| !before.names.contains(n));
+        match self {
+            Fresh::All => {}
+            Fresh::Names(names) => names.extend(added.cloned()),
+            Fresh::Nothing => {
+                let names: BTreeSet<String> = added.cloned().collect();
+                if !names.is_empty() {
+                    *self = Fresh::Names(names);
+                }
+            }
+        }
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        match self {
+            Fresh::Nothing => false,
+            Fresh::Names(names) => names.contains(name),
+            Fresh::All => true,
+        }
+    }
 }
 
 /// State of one SotW ADS stream.
 pub struct SotwStream {
     proxy: Arc<Proxy>,
-    control_plane: ControlPlane,
-    snapshot: Arc<dyn XdsSnapshot>,
+    snapshot: Arc<ServedSnapshot>,
+    names: Arc<NameSets>,
     nonces: NonceSource,
-    types: BTreeMap<XdsType, SotwType>,
+    types: [SotwType; 4],
     unknown_types: BTreeSet<String>,
+    /// The clusters as of the last endpoints response, set when a cluster response
+    /// follows it: clusters sent since that differ from it are warming, and the next
+    /// endpoints response is sent even unchanged if it carries one of them.
+    warm_base: Option<Held>,
 }
 
 impl SotwStream {
-    /// A stream of `proxy`, answering from `snapshot`, signing responses with
-    /// `control_plane_id` (the replica name).
-    pub fn new(proxy: Arc<Proxy>, control_plane_id: &str, snapshot: Arc<dyn XdsSnapshot>) -> Self {
+    /// A stream of `proxy`, answering from `snapshot`; subscribed names are interned in
+    /// `names`.
+    pub fn new(proxy: Arc<Proxy>, snapshot: Arc<ServedSnapshot>, names: Arc<NameSets>) -> Self {
         SotwStream {
             proxy,
-            control_plane: ControlPlane {
-                identifier: control_plane_id.to_string(),
-            },
             snapshot,
+            names,
             nonces: NonceSource::default(),
-            types: XdsType::ALL
-                .iter()
-                .map(|t| (*t, SotwType::default()))
-                .collect(),
+            types: Default::default(),
             unknown_types: BTreeSet::new(),
+            warm_base: None,
         }
     }
 
@@ -91,25 +138,27 @@ impl SotwStream {
         self.snapshot.version()
     }
 
-    /// Handles one client request.
+    /// Handles one client request: records ACK/NACK and the subscription, and marks the
+    /// type as owing a response when the request asks for one.
     pub fn on_request(
         &mut self,
         request: &DiscoveryRequest,
         now: SystemTime,
-    ) -> Output<DiscoveryResponse> {
-        let mut out = Output::default();
-        let Some(xds_type) = served_type(&request.type_url, &mut self.unknown_types, &mut out)
+    ) -> Vec<ProtocolEvent> {
+        let mut events = Vec::new();
+        let Some(xds_type) = served_type(&request.type_url, &mut self.unknown_types, &mut events)
         else {
-            return out;
+            return events;
         };
-        let state = self.type_state(xds_type);
+        let names = self.names.clone();
+        let state = &mut self.types[xds_type.index()];
         let nonce = request.response_nonce.as_str();
         if state.record.is_stale(nonce) {
-            out.events.push(ProtocolEvent::StaleNonce {
+            events.push(ProtocolEvent::StaleNonce {
                 xds_type,
                 nonce: nonce.to_string(),
             });
-            return out;
+            return events;
         }
         let nack = request.error_detail.as_ref();
         if let (false, Some(sent)) = (nonce.is_empty(), state.record.last_sent.as_ref()) {
@@ -121,7 +170,7 @@ impl SotwStream {
                         detail: error.message.clone(),
                         at: now,
                     });
-                    out.events.push(ProtocolEvent::Nack {
+                    events.push(ProtocolEvent::Nack {
                         xds_type,
                         nonce: nonce.to_string(),
                         detail: error.message.clone(),
@@ -130,15 +179,15 @@ impl SotwStream {
                 // An ACK reports the version it applied. The latest nonce with another
                 // version is a later request of a client that rejected that response
                 // (e.g. a name change after a NACK), not an ACK of it.
-                None if request.version_info != sent.version => {}
+                None if request.version_info != *sent.version => {}
                 None => {
                     state.record.last_ack = Some(AckStatus {
-                        version: sent.version.clone(),
+                        version: sent.version.to_string(),
                         nonce: nonce.to_string(),
                         at: now,
                     });
-                    state.holds = sent.resources.clone();
-                    out.events.push(ProtocolEvent::Ack {
+                    state.holds = sent.view.clone();
+                    events.push(ProtocolEvent::Ack {
                         xds_type,
                         nonce: nonce.to_string(),
                     });
@@ -148,224 +197,190 @@ impl SotwStream {
         let first_request = !state.record.requested;
         state.record.requested = true;
         let before = state.record.subscription.clone();
-        let changed =
-            state
-                .record
-                .subscription
-                .apply_sotw(xds_type, first_request, &request.resource_names);
-        // Names the client asks for now and did not before: it wants them even if it
-        // held them once (A→B→A).
-        let subscription = &state.record.subscription;
-        let fresh: BTreeSet<String> = if subscription.wildcard && !before.wildcard {
-            self.compute(xds_type).versions.into_keys().collect()
-        } else {
-            subscription
-                .names
-                .difference(&before.names)
-                .cloned()
-                .collect()
-        };
+        let changed = state.record.subscription.apply_sotw(
+            xds_type,
+            first_request,
+            &request.resource_names,
+            &names,
+        );
+        if changed {
+            state.fresh.add(&before, &state.record.subscription);
+        }
         // A request with the latest nonce and an unchanged name set is an ACK or a NACK:
         // answering it would make the client answer again (the silent hot loop).
         if !first_request && !nonce.is_empty() && !changed {
-            return out;
+            return events;
         }
-        let content = self.compute(xds_type);
-        let last_version = self.last_version(xds_type);
-        if nack.is_some() && last_version == Some(content.version.as_str()) {
-            // The client just rejected exactly this content.
-            return out;
-        }
-        let changed_clusters = self.changed_names(xds_type, &content);
-        let resources = self.to_send(xds_type, &content, &fresh);
-        out.responses
-            .push(self.send(xds_type, content, resources, now));
-        if xds_type == XdsType::Cluster {
-            self.follow_with_endpoints(&changed_clusters, now, &mut out);
-        }
-        out
+        // After a NACK, only different content is worth sending: the client just
+        // rejected what it was sent.
+        let reply = if nack.is_some() {
+            Reply::IfChanged
+        } else {
+            Reply::Always
+        };
+        owe(&mut state.owed, reply);
+        events
     }
 
-    /// Moves the stream to a newer snapshot and returns what must be pushed.
-    pub fn on_snapshot(
-        &mut self,
-        snapshot: Arc<dyn XdsSnapshot>,
-        now: SystemTime,
-    ) -> Output<DiscoveryResponse> {
-        let mut out = Output::default();
+    /// Moves the stream to a newer snapshot: every requested type (only EDS after an
+    /// endpoints-only change) owes a response if its content changed.
+    pub fn on_snapshot(&mut self, snapshot: Arc<ServedSnapshot>) {
         let previous = self.snapshot.version();
         if snapshot.version() == previous {
-            return out;
+            return;
         }
         let kind = snapshot.change_since(previous);
         self.snapshot = snapshot;
-        let mut changed_clusters = BTreeSet::new();
         for xds_type in XdsType::ALL {
-            if !self.type_state(xds_type).record.requested
-                || (kind == ChangeKind::EndpointsOnly && xds_type != XdsType::Endpoint)
+            let state = &mut self.types[xds_type.index()];
+            if state.record.requested && (kind == ChangeKind::Full || xds_type == XdsType::Endpoint)
             {
-                continue;
+                owe(&mut state.owed, Reply::IfChanged);
             }
-            let content = self.compute(xds_type);
-            let warms_cluster = xds_type == XdsType::Endpoint
-                && content
-                    .versions
-                    .keys()
-                    .any(|n| changed_clusters.contains(n));
-            if self.last_version(xds_type) == Some(content.version.as_str()) && !warms_cluster {
-                continue;
-            }
-            let resources = if xds_type == XdsType::Endpoint {
-                self.to_send(xds_type, &content, &changed_clusters)
-            } else {
-                self.to_send(xds_type, &content, &BTreeSet::new())
-            };
-            if xds_type == XdsType::Cluster {
-                changed_clusters = self.changed_names(xds_type, &content);
-            }
-            if resources.is_empty() && !xds_type.sends_state_of_the_world() {
-                // Only deletions or unchanged names: nothing the client needs (RDS and EDS
-                // deletions follow from their parents).
-                continue;
-            }
-            out.responses
-                .push(self.send(xds_type, content, resources, now));
         }
-        out
+    }
+
+    /// Whether some type owes a response (which may still turn out unchanged).
+    pub fn has_owed(&self) -> bool {
+        self.types.iter().any(|t| t.owed.is_some())
+    }
+
+    /// The next response to send, in make-before-break order, computed now from the
+    /// newest snapshot; `None` when nothing is owed or nothing changed. What it returns
+    /// is recorded as sent.
+    pub fn next_response(&mut self, now: SystemTime) -> Option<SotwResponse> {
+        for xds_type in XdsType::ALL {
+            let Some(reply) = self.types[xds_type.index()].owed.take() else {
+                continue;
+            };
+            let view = self.compute(xds_type);
+            let warming = if xds_type == XdsType::Endpoint {
+                self.warming(&view)
+            } else {
+                BTreeSet::new()
+            };
+            let forced = reply == Reply::Always || !warming.is_empty();
+            let unchanged = self.types[xds_type.index()]
+                .record
+                .last_sent
+                .as_ref()
+                .and_then(|s| s.view.as_ref())
+                .is_some_and(|sent| sent.same_content(&view));
+            if unchanged && !forced {
+                continue;
+            }
+            let partial = self.to_send(xds_type, &view, &warming);
+            if reply == Reply::IfChanged && partial.as_ref().is_some_and(Vec::is_empty) {
+                // Only deletions or what the client holds: nothing it needs (RDS and EDS
+                // deletions follow from their parents). Not recorded as sent.
+                continue;
+            }
+            match xds_type {
+                XdsType::Cluster => {
+                    if self.warm_base.is_none() {
+                        self.warm_base = Some(
+                            self.sent_view(XdsType::Cluster)
+                                .map_or(Held::Nothing, Held::View),
+                        );
+                    }
+                    let endpoints = &mut self.types[XdsType::Endpoint.index()];
+                    if endpoints.record.requested {
+                        owe(&mut endpoints.owed, Reply::IfChanged);
+                    }
+                }
+                XdsType::Endpoint => self.warm_base = None,
+                _ => {}
+            }
+            let nonce = self.nonces.next_nonce();
+            let state = &mut self.types[xds_type.index()];
+            state.fresh = Fresh::Nothing;
+            // The record is the whole view: what the client holds once it ACKs.
+            state.record.last_sent = Some(SentRecord {
+                version: view.version().clone(),
+                nonce: nonce.clone(),
+                at: now,
+                view: Some(view.clone()),
+                resource_count: view.len(),
+                removed_count: 0,
+            });
+            return Some(SotwResponse {
+                view,
+                partial,
+                nonce,
+            });
+        }
+        None
     }
 
     /// Per-type status for the registry, and the unknown type URLs seen.
     pub fn status(&self) -> (Vec<TypeStatus>, Vec<String>) {
-        let types = self
-            .types
+        let types = XdsType::ALL
             .iter()
+            .map(|t| (*t, &self.types[t.index()]))
             .filter(|(_, s)| s.record.requested)
-            .map(|(t, s)| s.record.status(*t, s.holds.len()))
+            .map(|(t, s)| s.record.status(t, s.holds.as_ref().map_or(0, |h| h.len())))
             .collect();
         (types, self.unknown_types.iter().cloned().collect())
     }
 
-    fn type_state(&mut self, xds_type: XdsType) -> &mut SotwType {
-        self.types.entry(xds_type).or_default()
+    fn sent_view(&self, xds_type: XdsType) -> Option<Arc<View>> {
+        self.types[xds_type.index()]
+            .record
+            .last_sent
+            .as_ref()
+            .and_then(|s| s.view.clone())
     }
 
-    fn last_version(&self, xds_type: XdsType) -> Option<&str> {
-        self.types
-            .get(&xds_type)
-            .and_then(|s| s.record.last_sent.as_ref())
-            .map(|s| s.version.as_str())
-    }
-
-    /// Names in `content` that are new or changed compared with the last response sent.
-    fn changed_names(&self, xds_type: XdsType, content: &Content) -> BTreeSet<String> {
-        let previous = self
-            .types
-            .get(&xds_type)
-            .and_then(|s| s.record.last_sent.as_ref())
-            .map(|s| &s.resources);
-        content
-            .versions
-            .iter()
-            .filter(|(name, version)| previous.and_then(|p| p.get(*name)) != Some(*version))
-            .map(|(name, _)| name.clone())
+    /// The endpoints in `view` of clusters sent new or changed since the last endpoints
+    /// response: they are warming.
+    fn warming(&self, view: &View) -> BTreeSet<String> {
+        let (Some(base), Some(clusters)) = (&self.warm_base, self.sent_view(XdsType::Cluster))
+        else {
+            return BTreeSet::new();
+        };
+        base.changed_in(&clusters)
+            .filter(|name| view.get(name).is_some())
+            .map(str::to_string)
             .collect()
     }
 
-    /// After a cluster response: resend the subscribed endpoints when they include a
-    /// cluster that is new or changed for this client, so it can finish warming.
-    fn follow_with_endpoints(
-        &mut self,
-        changed_clusters: &BTreeSet<String>,
-        now: SystemTime,
-        out: &mut Output<DiscoveryResponse>,
-    ) {
-        if changed_clusters.is_empty() || !self.type_state(XdsType::Endpoint).record.requested {
-            return;
-        }
-        let content = self.compute(XdsType::Endpoint);
-        if content
-            .versions
-            .keys()
-            .any(|n| changed_clusters.contains(n))
-        {
-            let resources = self.to_send(XdsType::Endpoint, &content, changed_clusters);
-            out.responses
-                .push(self.send(XdsType::Endpoint, content, resources, now));
-        }
-    }
-
-    /// What a response of `content` carries: everything for LDS and CDS; for RDS and EDS
-    /// the resources the client does not hold at their current version (against its last
-    /// ACK, so anything sent but not acknowledged is sent again) and those named in
-    /// `also` (newly subscribed names, endpoints of warming clusters).
+    /// What a response of `view` carries: `None` for all of it (LDS and CDS always; RDS
+    /// and EDS when the client needs everything), else the resources the client does not
+    /// hold at their current version (against its last ACK, so anything sent but not
+    /// acknowledged is sent again), names subscribed since the last response, and the
+    /// endpoints of `warming` clusters.
     fn to_send(
         &self,
         xds_type: XdsType,
-        content: &Content,
-        also: &BTreeSet<String>,
-    ) -> Vec<Arc<Resource>> {
+        view: &View,
+        warming: &BTreeSet<String>,
+    ) -> Option<Vec<Arc<Resource>>> {
         if xds_type.sends_state_of_the_world() {
-            return content.resources.clone();
+            return None;
         }
-        let holds = &self.types[&xds_type].holds;
-        content
-            .resources
+        let state = &self.types[xds_type.index()];
+        let holds = state.holds.as_ref()?;
+        let same = holds.same_content(view);
+        let needed: Vec<Arc<Resource>> = view
+            .resources()
             .iter()
-            .filter(|r| also.contains(&r.name) || holds.get(&r.name) != Some(&r.version))
+            .filter(|r| {
+                state.fresh.contains(&r.name)
+                    || warming.contains(&r.name)
+                    || (!same && holds.version_of(&r.name) != Some(r.version.as_str()))
+            })
             .cloned()
-            .collect()
-    }
-
-    fn compute(&self, xds_type: XdsType) -> Content {
-        let subscription = &self.types[&xds_type].record.subscription;
-        let mut by_name: BTreeMap<String, Arc<Resource>> = BTreeMap::new();
-        if !subscription.is_empty() {
-            for resource in
-                self.snapshot
-                    .resources(&self.proxy, xds_type.type_url(), subscription.query())
-            {
-                // Never the same name twice in one response: the first one wins.
-                by_name.entry(resource.name.clone()).or_insert(resource);
-            }
-        }
-        let versions: BTreeMap<String, String> = by_name
-            .iter()
-            .map(|(n, r)| (n.clone(), r.version.clone()))
             .collect();
-        Content {
-            version: view_version(versions.iter()),
-            resources: by_name.into_values().collect(),
-            versions,
-        }
+        (needed.len() < view.len()).then_some(needed)
     }
 
-    /// Sends `resources` (all or part of `content`) as the response for `content`: the
-    /// record says what the client holds once it ACKs, the whole of `content`.
-    fn send(
-        &mut self,
-        xds_type: XdsType,
-        content: Content,
-        resources: Vec<Arc<Resource>>,
-        now: SystemTime,
-    ) -> DiscoveryResponse {
-        let nonce = self.nonces.next_nonce();
-        let response = DiscoveryResponse {
-            version_info: content.version.clone(),
-            resources: resources.iter().map(|r| to_envoy_any(&r.body)).collect(),
-            type_url: xds_type.type_url().to_string(),
-            nonce: nonce.clone(),
-            control_plane: Some(self.control_plane.clone()),
-            ..Default::default()
-        };
-        self.type_state(xds_type).record.last_sent = Some(SentRecord {
-            version: content.version,
-            nonce,
-            at: now,
-            resource_count: content.versions.len(),
-            resources: Arc::new(content.versions),
-            removed_count: 0,
-        });
-        response
+    fn compute(&self, xds_type: XdsType) -> Arc<View> {
+        let subscription = &self.types[xds_type.index()].record.subscription;
+        if subscription.is_empty() {
+            return Arc::new(View::empty(xds_type));
+        }
+        self.snapshot
+            .view(&self.proxy, xds_type, subscription.query())
     }
 }
 
@@ -373,17 +388,54 @@ impl SotwStream {
 mod tests {
     use super::*;
     use crate::ads::map_snapshot::MapSnapshot;
+    use crate::ads::resource::XdsSnapshot;
     use crate::ads::types::{CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE};
+    use crate::ads::wire::decode;
+    use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
     use envoy_types::pb::google::rpc::Status;
 
     const T0: SystemTime = SystemTime::UNIX_EPOCH;
 
-    fn stream(snapshot: MapSnapshot) -> SotwStream {
+    /// What one input led to: the events, and every response the stream then sends
+    /// (as the client decodes them) when the transport takes all it can.
+    #[derive(Debug)]
+    struct Output {
+        responses: Vec<DiscoveryResponse>,
+        events: Vec<ProtocolEvent>,
+    }
+
+    fn drain(s: &mut SotwStream) -> Vec<DiscoveryResponse> {
+        std::iter::from_fn(|| s.next_response(T0))
+            .map(|r| decode::sotw(&r))
+            .collect()
+    }
+
+    fn handle(s: &mut SotwStream, r: &DiscoveryRequest, now: SystemTime) -> Output {
+        let events = s.on_request(r, now);
+        Output {
+            responses: drain(s),
+            events,
+        }
+    }
+
+    fn push(s: &mut SotwStream, snapshot: Arc<dyn XdsSnapshot>, _now: SystemTime) -> Output {
+        s.on_snapshot(ServedSnapshot::new(snapshot));
+        Output {
+            responses: drain(s),
+            events: Vec::new(),
+        }
+    }
+
+    fn with(proxy: &str, snapshot: Arc<dyn XdsSnapshot>) -> SotwStream {
         SotwStream::new(
-            Arc::new(Proxy::with_defaults("p")),
-            "replica-a",
-            snapshot.shared(),
+            Arc::new(Proxy::with_defaults(proxy)),
+            ServedSnapshot::new(snapshot),
+            NameSets::new(),
         )
+    }
+
+    fn stream(snapshot: MapSnapshot) -> SotwStream {
+        with("p", snapshot.shared())
     }
 
     fn req(type_url: &str, names: &[&str], nonce: &str) -> DiscoveryRequest {
@@ -413,14 +465,14 @@ mod tests {
             .collect()
     }
 
-    fn types(out: &Output<DiscoveryResponse>) -> Vec<&str> {
+    fn types(out: &Output) -> Vec<&str> {
         out.responses.iter().map(|r| r.type_url.as_str()).collect()
     }
 
     #[test]
     fn first_wildcard_request_is_answered_even_when_empty() {
         let mut s = stream(MapSnapshot::new(1));
-        let out = s.on_request(&req(LISTENER_TYPE, &[], ""), T0);
+        let out = handle(&mut s, &req(LISTENER_TYPE, &[], ""), T0);
         assert_eq!(out.responses.len(), 1);
         let r = &out.responses[0];
         assert!(r.resources.is_empty());
@@ -434,14 +486,13 @@ mod tests {
     #[test]
     fn ack_is_never_answered_but_later_changes_are_pushed() {
         let mut s = stream(MapSnapshot::sample(1));
-        let first = s
-            .on_request(&req(CLUSTER_TYPE, &[], ""), T0)
+        let first = handle(&mut s, &req(CLUSTER_TYPE, &[], ""), T0)
             .responses
             .remove(0);
         assert_eq!(names(&first), ["c1", "c2"]);
         let mut ack = req(CLUSTER_TYPE, &[], &first.nonce);
         ack.version_info = first.version_info.clone();
-        let out = s.on_request(&ack, T0);
+        let out = handle(&mut s, &ack, T0);
         assert!(out.responses.is_empty());
         assert_eq!(
             out.events,
@@ -450,7 +501,8 @@ mod tests {
                 nonce: first.nonce.clone()
             }]
         );
-        let out = s.on_snapshot(
+        let out = push(
+            &mut s,
             MapSnapshot::sample(1)
                 .with(CLUSTER_TYPE, "c3", b"c3")
                 .next(2)
@@ -465,11 +517,10 @@ mod tests {
     #[test]
     fn nack_is_recorded_and_same_content_never_resent() {
         let mut s = stream(MapSnapshot::sample(1));
-        let first = s
-            .on_request(&req(CLUSTER_TYPE, &[], ""), T0)
+        let first = handle(&mut s, &req(CLUSTER_TYPE, &[], ""), T0)
             .responses
             .remove(0);
-        let out = s.on_request(&nack(CLUSTER_TYPE, &[], &first.nonce), T0);
+        let out = handle(&mut s, &nack(CLUSTER_TYPE, &[], &first.nonce), T0);
         assert!(out.responses.is_empty());
         assert!(
             matches!(&out.events[0], ProtocolEvent::Nack { detail, .. } if detail == "bad cluster")
@@ -481,12 +532,13 @@ mod tests {
         );
         // A new snapshot with the same cluster content: nothing to send.
         assert!(
-            s.on_snapshot(MapSnapshot::sample(1).next(2).shared(), T0)
+            push(&mut s, MapSnapshot::sample(1).next(2).shared(), T0)
                 .responses
                 .is_empty()
         );
         // New content is sent.
-        let out = s.on_snapshot(
+        let out = push(
+            &mut s,
             MapSnapshot::sample(1)
                 .with(CLUSTER_TYPE, "c1", b"c1'")
                 .next(3)
@@ -499,30 +551,29 @@ mod tests {
     #[test]
     fn a_request_after_a_nack_is_not_taken_for_an_ack() {
         let mut s = stream(MapSnapshot::sample(1));
-        let good = s
-            .on_request(&req(ENDPOINT_TYPE, &["c1"], ""), T0)
+        let good = handle(&mut s, &req(ENDPOINT_TYPE, &["c1"], ""), T0)
             .responses
             .remove(0);
         let mut ack = req(ENDPOINT_TYPE, &["c1"], &good.nonce);
         ack.version_info = good.version_info.clone();
-        s.on_request(&ack, T0);
-        let bad = s
-            .on_snapshot(
-                MapSnapshot::sample(1)
-                    .with(ENDPOINT_TYPE, "c1", b"bad")
-                    .next(2)
-                    .shared(),
-                T0,
-            )
-            .responses
-            .remove(0);
+        handle(&mut s, &ack, T0);
+        let bad = push(
+            &mut s,
+            MapSnapshot::sample(1)
+                .with(ENDPOINT_TYPE, "c1", b"bad")
+                .next(2)
+                .shared(),
+            T0,
+        )
+        .responses
+        .remove(0);
         let mut rejected = nack(ENDPOINT_TYPE, &["c1"], &bad.nonce);
         rejected.version_info = good.version_info.clone();
-        s.on_request(&rejected, T0);
+        handle(&mut s, &rejected, T0);
         // The client now adds a name, still reporting its last good version.
         let mut more = req(ENDPOINT_TYPE, &["c1", "c2"], &bad.nonce);
         more.version_info = good.version_info.clone();
-        let out = s.on_request(&more, T0);
+        let out = handle(&mut s, &more, T0);
         assert!(out.events.is_empty(), "{:?}", out.events);
         assert_eq!(names(&out.responses[0]), ["bad", "e2"]);
         let (status, _) = s.status();
@@ -535,7 +586,11 @@ mod tests {
     #[test]
     fn a_nonce_from_a_previous_stream_on_the_first_request_is_answered() {
         let mut s = stream(MapSnapshot::sample(1));
-        let out = s.on_request(&req(CLUSTER_TYPE, &[], "nonce-of-another-replica"), T0);
+        let out = handle(
+            &mut s,
+            &req(CLUSTER_TYPE, &[], "nonce-of-another-replica"),
+            T0,
+        );
         assert_eq!(names(&out.responses[0]), ["c1", "c2"]);
         assert!(
             out.events.is_empty(),
@@ -547,44 +602,40 @@ mod tests {
     #[test]
     fn stale_nonce_is_ignored() {
         let mut s = stream(MapSnapshot::sample(1));
-        let first = s
-            .on_request(&req(ROUTE_TYPE, &["r1"], ""), T0)
+        let first = handle(&mut s, &req(ROUTE_TYPE, &["r1"], ""), T0)
             .responses
             .remove(0);
-        let second = s
-            .on_snapshot(
-                MapSnapshot::sample(1)
-                    .with(ROUTE_TYPE, "r1", b"r1'")
-                    .next(2)
-                    .shared(),
-                T0,
-            )
-            .responses
-            .remove(0);
+        let second = push(
+            &mut s,
+            MapSnapshot::sample(1)
+                .with(ROUTE_TYPE, "r1", b"r1'")
+                .next(2)
+                .shared(),
+            T0,
+        )
+        .responses
+        .remove(0);
         // The client changes names while still answering the first response: stale.
-        let out = s.on_request(&req(ROUTE_TYPE, &["r1", "r2"], &first.nonce), T0);
+        let out = handle(&mut s, &req(ROUTE_TYPE, &["r1", "r2"], &first.nonce), T0);
         assert!(out.responses.is_empty());
         assert!(matches!(out.events[0], ProtocolEvent::StaleNonce { .. }));
         // The same change with the latest nonce is answered.
-        let out = s.on_request(&req(ROUTE_TYPE, &["r1", "r2"], &second.nonce), T0);
+        let out = handle(&mut s, &req(ROUTE_TYPE, &["r1", "r2"], &second.nonce), T0);
         assert_eq!(names(&out.responses[0]), ["r1'", "r2"]);
     }
 
     #[test]
     fn changed_names_are_answered_with_exactly_the_subscribed_set_aba() {
         let mut s = stream(MapSnapshot::sample(1));
-        let r = s
-            .on_request(&req(ROUTE_TYPE, &["r1"], ""), T0)
+        let r = handle(&mut s, &req(ROUTE_TYPE, &["r1"], ""), T0)
             .responses
             .remove(0);
         assert_eq!(names(&r), ["r1"]);
-        let r = s
-            .on_request(&req(ROUTE_TYPE, &["r2"], &r.nonce), T0)
+        let r = handle(&mut s, &req(ROUTE_TYPE, &["r2"], &r.nonce), T0)
             .responses
             .remove(0);
         assert_eq!(names(&r), ["r2"]);
-        let r = s
-            .on_request(&req(ROUTE_TYPE, &["r1"], &r.nonce), T0)
+        let r = handle(&mut s, &req(ROUTE_TYPE, &["r1"], &r.nonce), T0)
             .responses
             .remove(0);
         assert_eq!(names(&r), ["r1"], "R1 is sent again after R1→R2→R1");
@@ -593,13 +644,13 @@ mod tests {
     #[test]
     fn names_requested_before_they_exist_are_sent_when_they_appear() {
         let mut s = stream(MapSnapshot::sample(1));
-        let r = s
-            .on_request(&req(ENDPOINT_TYPE, &["c1", "later"], ""), T0)
+        let r = handle(&mut s, &req(ENDPOINT_TYPE, &["c1", "later"], ""), T0)
             .responses
             .remove(0);
         assert_eq!(names(&r), ["e1"]);
-        s.on_request(&req(ENDPOINT_TYPE, &["c1", "later"], &r.nonce), T0);
-        let out = s.on_snapshot(
+        handle(&mut s, &req(ENDPOINT_TYPE, &["c1", "later"], &r.nonce), T0);
+        let out = push(
+            &mut s,
             MapSnapshot::sample(1)
                 .with(ENDPOINT_TYPE, "later", b"eL")
                 .next(2)
@@ -618,14 +669,14 @@ mod tests {
             (ENDPOINT_TYPE, &["c1"]),
             (CLUSTER_TYPE, &[]),
         ] {
-            s.on_request(&req(t, n, ""), T0);
+            handle(&mut s, &req(t, n, ""), T0);
         }
         let next = MapSnapshot::sample(1)
             .with(CLUSTER_TYPE, "c2", b"c2'")
             .with(LISTENER_TYPE, "l1", b"l1'")
             .with(ROUTE_TYPE, "r1", b"r1'")
             .next(2);
-        let out = s.on_snapshot(next.shared(), T0);
+        let out = push(&mut s, next.shared(), T0);
         // c2 changed but its endpoints are not subscribed: no EDS.
         assert_eq!(types(&out), [CLUSTER_TYPE, LISTENER_TYPE, ROUTE_TYPE]);
     }
@@ -633,17 +684,16 @@ mod tests {
     #[test]
     fn changed_cluster_is_followed_by_its_endpoints_even_unchanged() {
         let mut s = stream(MapSnapshot::sample(1));
-        let cds = s
-            .on_request(&req(CLUSTER_TYPE, &[], ""), T0)
+        let cds = handle(&mut s, &req(CLUSTER_TYPE, &[], ""), T0)
             .responses
             .remove(0);
-        s.on_request(&req(CLUSTER_TYPE, &[], &cds.nonce), T0);
-        let eds = s
-            .on_request(&req(ENDPOINT_TYPE, &["c1", "c2"], ""), T0)
+        handle(&mut s, &req(CLUSTER_TYPE, &[], &cds.nonce), T0);
+        let eds = handle(&mut s, &req(ENDPOINT_TYPE, &["c1", "c2"], ""), T0)
             .responses
             .remove(0);
-        s.on_request(&req(ENDPOINT_TYPE, &["c1", "c2"], &eds.nonce), T0);
-        let out = s.on_snapshot(
+        handle(&mut s, &req(ENDPOINT_TYPE, &["c1", "c2"], &eds.nonce), T0);
+        let out = push(
+            &mut s,
             MapSnapshot::sample(1)
                 .with(CLUSTER_TYPE, "c1", b"c1'")
                 .next(2)
@@ -663,15 +713,15 @@ mod tests {
     #[test]
     fn endpoints_only_change_recomputes_eds_alone() {
         let mut s = stream(MapSnapshot::sample(1));
-        s.on_request(&req(CLUSTER_TYPE, &[], ""), T0);
-        s.on_request(&req(ENDPOINT_TYPE, &["c1"], ""), T0);
+        handle(&mut s, &req(CLUSTER_TYPE, &[], ""), T0);
+        handle(&mut s, &req(ENDPOINT_TYPE, &["c1"], ""), T0);
         // The publisher says "endpoints only", so even a cluster difference is not looked at.
         let next = MapSnapshot::sample(1)
             .with(CLUSTER_TYPE, "c9", b"c9")
             .with(ENDPOINT_TYPE, "c1", b"e1'")
             .next(2)
             .endpoints_only_since(1);
-        let out = s.on_snapshot(next.shared(), T0);
+        let out = push(&mut s, next.shared(), T0);
         assert_eq!(types(&out), [ENDPOINT_TYPE]);
         assert_eq!(names(&out.responses[0]), ["e1'"]);
     }
@@ -680,7 +730,7 @@ mod tests {
     fn unknown_type_is_reported_once_and_ignored() {
         let mut s = stream(MapSnapshot::sample(1));
         let url = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
-        let out = s.on_request(&req(url, &[], ""), T0);
+        let out = handle(&mut s, &req(url, &[], ""), T0);
         assert!(out.responses.is_empty());
         assert_eq!(
             out.events,
@@ -689,7 +739,7 @@ mod tests {
                 first_time: true
             }]
         );
-        let out = s.on_request(&req(url, &[], ""), T0);
+        let out = handle(&mut s, &req(url, &[], ""), T0);
         assert_eq!(
             out.events,
             [ProtocolEvent::UnknownType {
@@ -703,22 +753,16 @@ mod tests {
     #[test]
     fn versions_are_content_hashes_identical_across_streams() {
         let mut a = stream(MapSnapshot::sample(1));
-        let mut b = SotwStream::new(
-            Arc::new(Proxy::with_defaults("q")),
-            "replica-b",
-            MapSnapshot::sample(1).next(99).shared(),
-        );
-        let ra = a
-            .on_request(&req(CLUSTER_TYPE, &[], ""), T0)
+        let mut b = with("q", MapSnapshot::sample(1).next(99).shared());
+        let ra = handle(&mut a, &req(CLUSTER_TYPE, &[], ""), T0)
             .responses
             .remove(0);
-        let rb = b
-            .on_request(&req(CLUSTER_TYPE, &[], ""), T0)
+        let rb = handle(&mut b, &req(CLUSTER_TYPE, &[], ""), T0)
             .responses
             .remove(0);
         assert_eq!(ra.version_info, rb.version_info);
-        let rc = stream(MapSnapshot::sample(1).with(CLUSTER_TYPE, "c2", b"x"))
-            .on_request(&req(CLUSTER_TYPE, &[], ""), T0)
+        let mut c = stream(MapSnapshot::sample(1).with(CLUSTER_TYPE, "c2", b"x"));
+        let rc = handle(&mut c, &req(CLUSTER_TYPE, &[], ""), T0)
             .responses
             .remove(0);
         assert_ne!(ra.version_info, rc.version_info);
@@ -727,29 +771,27 @@ mod tests {
     #[test]
     fn deleted_listener_disappears_from_the_full_set() {
         let mut s = stream(MapSnapshot::sample(1).with(LISTENER_TYPE, "l2", b"l2"));
-        let r = s
-            .on_request(&req(LISTENER_TYPE, &[], ""), T0)
+        let r = handle(&mut s, &req(LISTENER_TYPE, &[], ""), T0)
             .responses
             .remove(0);
         assert_eq!(names(&r), ["l1", "l2"]);
-        let out = s.on_snapshot(MapSnapshot::sample(1).next(2).shared(), T0);
+        let out = push(&mut s, MapSnapshot::sample(1).next(2).shared(), T0);
         assert_eq!(names(&out.responses[0]), ["l1"]);
     }
 
     #[test]
     fn unsubscribing_everything_answers_empty_and_stops_pushes() {
         let mut s = stream(MapSnapshot::sample(1));
-        let r = s
-            .on_request(&req(ROUTE_TYPE, &["r1"], ""), T0)
+        let r = handle(&mut s, &req(ROUTE_TYPE, &["r1"], ""), T0)
             .responses
             .remove(0);
-        let r = s
-            .on_request(&req(ROUTE_TYPE, &[], &r.nonce), T0)
+        let r = handle(&mut s, &req(ROUTE_TYPE, &[], &r.nonce), T0)
             .responses
             .remove(0);
         assert!(r.resources.is_empty());
-        s.on_request(&req(ROUTE_TYPE, &[], &r.nonce), T0);
-        let out = s.on_snapshot(
+        handle(&mut s, &req(ROUTE_TYPE, &[], &r.nonce), T0);
+        let out = push(
+            &mut s,
             MapSnapshot::sample(1)
                 .with(ROUTE_TYPE, "r1", b"r1'")
                 .next(2)
@@ -761,10 +803,8 @@ mod tests {
 
     #[test]
     fn never_the_same_name_twice_in_a_response() {
-        let snapshot = Arc::new(crate::ads::state::DuplicatingSnapshot);
-        let mut s = SotwStream::new(Arc::new(Proxy::with_defaults("p")), "r", snapshot);
-        let r = s
-            .on_request(&req(CLUSTER_TYPE, &[], ""), T0)
+        let mut s = with("p", Arc::new(crate::ads::state::DuplicatingSnapshot));
+        let r = handle(&mut s, &req(CLUSTER_TYPE, &[], ""), T0)
             .responses
             .remove(0);
         assert_eq!(names(&r), ["one"]);
@@ -775,7 +815,7 @@ mod tests {
         let mut s = stream(MapSnapshot::sample(1));
         let mut seen = BTreeSet::new();
         for t in [CLUSTER_TYPE, LISTENER_TYPE, ROUTE_TYPE, ENDPOINT_TYPE] {
-            for r in s.on_request(&req(t, &["*"], ""), T0).responses {
+            for r in handle(&mut s, &req(t, &["*"], ""), T0).responses {
                 assert!(seen.insert(r.nonce));
             }
         }
@@ -785,21 +825,189 @@ mod tests {
             .with(LISTENER_TYPE, "l1", b"l1'")
             .with(ROUTE_TYPE, "r1", b"r1'")
             .next(5);
-        for r in s.on_snapshot(next.shared(), T0).responses {
+        for r in push(&mut s, next.shared(), T0).responses {
             assert!(seen.insert(r.nonce));
         }
         assert_eq!(seen.len(), 8);
     }
 
-    /// Sends the first response of `type_url` for `names` and ACKs it.
-    fn subscribed(s: &mut SotwStream, type_url: &str, names: &[&str]) -> DiscoveryResponse {
-        let r = s
-            .on_request(&req(type_url, names, ""), T0)
+    /// Acknowledges `r` on `s` (the events of the ACK; nothing is sent).
+    fn ack(s: &mut SotwStream, r: &DiscoveryResponse, names: &[&str]) -> Vec<ProtocolEvent> {
+        let mut request = req(&r.type_url, names, &r.nonce);
+        request.version_info = r.version_info.clone();
+        let events = s.on_request(&request, T0);
+        assert!(!s.has_owed(), "an ACK owes nothing");
+        events
+    }
+
+    #[test]
+    fn snapshots_that_arrive_before_the_stream_can_send_are_replaced_by_the_newest() {
+        let mut s = stream(MapSnapshot::sample(1));
+        let first = handle(&mut s, &req(CLUSTER_TYPE, &[], ""), T0)
             .responses
             .remove(0);
-        let mut ack = req(type_url, names, &r.nonce);
-        ack.version_info = r.version_info.clone();
-        assert!(s.on_request(&ack, T0).responses.is_empty());
+        ack(&mut s, &first, &[]);
+        // Three snapshots while the transport is busy: nothing is computed yet.
+        for (version, payload) in [(2, b"c1-v2"), (3, b"c1-v3"), (4, b"c1-v4")] {
+            s.on_snapshot(ServedSnapshot::new(
+                MapSnapshot::sample(1)
+                    .with(CLUSTER_TYPE, "c1", payload)
+                    .next(version)
+                    .shared(),
+            ));
+        }
+        assert!(s.has_owed());
+        // When it can send: one response, of the newest snapshot, with the next nonce.
+        let sent = drain(&mut s);
+        assert_eq!(sent.len(), 1);
+        assert_eq!(names(&sent[0]), ["c1-v4", "c2"]);
+        assert_eq!(
+            sent[0].nonce, "2",
+            "no nonce was spent on the replaced responses"
+        );
+        assert_eq!(s.snapshot_version(), 4);
+    }
+
+    #[test]
+    fn an_ack_arriving_while_a_newer_response_is_owed_is_an_ack_not_stale() {
+        let mut s = stream(MapSnapshot::sample(1));
+        let first = handle(&mut s, &req(CLUSTER_TYPE, &[], ""), T0)
+            .responses
+            .remove(0);
+        // A new snapshot is owed but not sent when the client's ACK of the first arrives:
+        // the client saw only the first nonce, which is still the latest sent.
+        s.on_snapshot(ServedSnapshot::new(
+            MapSnapshot::sample(1)
+                .with(CLUSTER_TYPE, "c9", b"c9")
+                .next(2)
+                .shared(),
+        ));
+        let mut request = req(CLUSTER_TYPE, &[], &first.nonce);
+        request.version_info = first.version_info.clone();
+        let events = s.on_request(&request, T0);
+        assert!(
+            matches!(events[..], [ProtocolEvent::Ack { .. }]),
+            "{events:?}"
+        );
+        let (status, _) = s.status();
+        assert_eq!(status[0].sync_state(), "SYNCED");
+        // The owed response still goes out, and its NACK is recorded against it.
+        let next = drain(&mut s).remove(0);
+        assert_eq!(names(&next), ["c1", "c2", "c9"]);
+        let events = s.on_request(&nack(CLUSTER_TYPE, &[], &next.nonce), T0);
+        assert!(
+            matches!(events[..], [ProtocolEvent::Nack { .. }]),
+            "{events:?}"
+        );
+        assert_eq!(s.status().0[0].sync_state(), "NACKED");
+    }
+
+    #[test]
+    fn owed_types_go_out_in_make_before_break_order_whatever_the_order_asked() {
+        let mut s = stream(MapSnapshot::sample(1));
+        // Asked while the transport is busy, routes first.
+        for (t, n) in [
+            (ROUTE_TYPE, &["r1"][..]),
+            (LISTENER_TYPE, &[]),
+            (ENDPOINT_TYPE, &["c1"]),
+            (CLUSTER_TYPE, &[]),
+        ] {
+            s.on_request(&req(t, n, ""), T0);
+        }
+        let sent = drain(&mut s);
+        assert_eq!(
+            types(&Output {
+                responses: sent,
+                events: vec![]
+            }),
+            [CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE]
+        );
+    }
+
+    #[test]
+    fn a_snapshot_that_changes_nothing_for_the_stream_sends_nothing_and_keeps_the_same_view() {
+        let mut s = stream(MapSnapshot::sample(1));
+        let cds = handle(&mut s, &req(CLUSTER_TYPE, &[], ""), T0)
+            .responses
+            .remove(0);
+        ack(&mut s, &cds, &[]);
+        let old = s.sent_view(XdsType::Cluster).expect("sent");
+        let next = ServedSnapshot::new(MapSnapshot::sample(1).next(2).shared());
+        s.on_snapshot(next.clone());
+        assert!(drain(&mut s).is_empty());
+        let now = next.view(&Proxy::with_defaults("other"), XdsType::Cluster, None);
+        assert!(
+            Arc::ptr_eq(&old, &now),
+            "equal content in a new snapshot is the same view: one copy, one encoding"
+        );
+        assert_eq!(s.status().0[0].sync_state(), "SYNCED");
+    }
+
+    #[test]
+    fn streams_of_one_scope_share_their_records_and_subscriptions() {
+        let served = ServedSnapshot::new(MapSnapshot::sample(1).shared());
+        let names = NameSets::new();
+        let mut streams: Vec<SotwStream> = (0..3)
+            .map(|i| {
+                SotwStream::new(
+                    Arc::new(Proxy::with_defaults(format!("p{i}"))),
+                    served.clone(),
+                    names.clone(),
+                )
+            })
+            .collect();
+        for s in &mut streams {
+            let r = handle(s, &req(ENDPOINT_TYPE, &["c2", "c1"], ""), T0)
+                .responses
+                .remove(0);
+            ack(s, &r, &["c1", "c2"]);
+        }
+        let views: Vec<Arc<View>> = streams
+            .iter()
+            .map(|s| s.sent_view(XdsType::Endpoint).expect("sent"))
+            .collect();
+        assert!(views.windows(2).all(|w| Arc::ptr_eq(&w[0], &w[1])));
+        assert!(streams.windows(2).all(|w| Arc::ptr_eq(
+            &w[0].types[1].record.subscription.names,
+            &w[1].types[1].record.subscription.names
+        )));
+        assert_eq!(names.len(), 1);
+        assert_eq!(served.live_views(), 1);
+    }
+
+    #[test]
+    fn a_cluster_change_while_the_transport_is_busy_still_warms_its_endpoints() {
+        let mut s = stream(MapSnapshot::sample(1));
+        let cds = handle(&mut s, &req(CLUSTER_TYPE, &[], ""), T0)
+            .responses
+            .remove(0);
+        ack(&mut s, &cds, &[]);
+        let eds = handle(&mut s, &req(ENDPOINT_TYPE, &["c1", "c2"], ""), T0)
+            .responses
+            .remove(0);
+        ack(&mut s, &eds, &["c1", "c2"]);
+        // Two snapshots: the first changes c1, the second nothing more.
+        for version in [2, 3] {
+            s.on_snapshot(ServedSnapshot::new(
+                MapSnapshot::sample(1)
+                    .with(CLUSTER_TYPE, "c1", b"c1'")
+                    .next(version)
+                    .shared(),
+            ));
+        }
+        let out = drain(&mut s);
+        let kinds: Vec<&str> = out.iter().map(|r| r.type_url.as_str()).collect();
+        assert_eq!(kinds, [CLUSTER_TYPE, ENDPOINT_TYPE]);
+        assert_eq!(
+            out[1].version_info, eds.version_info,
+            "unchanged, sent to warm"
+        );
+    }
+
+    /// Sends the first response of `type_url` for `names` and ACKs it.
+    fn subscribed(s: &mut SotwStream, type_url: &str, names: &[&str]) -> DiscoveryResponse {
+        let r = handle(s, &req(type_url, names, ""), T0).responses.remove(0);
+        ack(s, &r, names);
         r
     }
 
@@ -812,7 +1020,7 @@ mod tests {
             MapSnapshot::sample(1)
                 .with(ROUTE_TYPE, "r1", b"r1'")
                 .with(LISTENER_TYPE, "l2", b"l2");
-        let out = s.on_snapshot(next.next(2).shared(), T0);
+        let out = push(&mut s, next.next(2).shared(), T0);
         assert_eq!(types(&out), [LISTENER_TYPE, ROUTE_TYPE]);
         assert_eq!(
             names(&out.responses[0]),
@@ -825,8 +1033,7 @@ mod tests {
             "RDS: the changed one only"
         );
         // The version is that of the whole view, as a fresh stream computes it.
-        let fresh = stream(next)
-            .on_request(&req(ROUTE_TYPE, &["r1", "r2"], ""), T0)
+        let fresh = handle(&mut stream(next), &req(ROUTE_TYPE, &["r1", "r2"], ""), T0)
             .responses
             .remove(0);
         assert_eq!(names(&fresh), ["r1'", "r2"]);
@@ -837,15 +1044,43 @@ mod tests {
     fn a_new_name_is_answered_with_itself_and_nothing_held() {
         let mut s = stream(MapSnapshot::sample(1));
         let r = subscribed(&mut s, ROUTE_TYPE, &["r1"]);
-        let out = s.on_request(&req(ROUTE_TYPE, &["r1", "r2"], &r.nonce), T0);
+        let out = handle(&mut s, &req(ROUTE_TYPE, &["r1", "r2"], &r.nonce), T0);
         assert_eq!(names(&out.responses[0]), ["r2"]);
+    }
+
+    #[test]
+    fn a_name_dropped_and_asked_again_before_the_ack_is_sent_again() {
+        let mut s = stream(MapSnapshot::sample(1));
+        let r = subscribed(&mut s, ROUTE_TYPE, &["r1", "r2"]);
+        // r2 dropped, then asked again while the client has not ACKed the drop: it held
+        // r2 at its last ACK, but dropped it since.
+        s.on_request(&req(ROUTE_TYPE, &["r1"], &r.nonce), T0);
+        let dropped = drain(&mut s).remove(0);
+        assert!(names(&dropped).is_empty(), "r1 is held");
+        s.on_request(&req(ROUTE_TYPE, &["r1", "r2"], &dropped.nonce), T0);
+        let out = drain(&mut s);
+        assert_eq!(names(&out[0]), ["r2"]);
+    }
+
+    #[test]
+    fn names_asked_while_the_transport_is_busy_are_all_sent() {
+        let mut s = stream(MapSnapshot::sample(1));
+        let r = subscribed(&mut s, ENDPOINT_TYPE, &["c1"]);
+        // Two name changes before the stream can send: both new names go in the one
+        // response.
+        s.on_request(&req(ENDPOINT_TYPE, &["c1", "c2"], &r.nonce), T0);
+        s.on_request(&req(ENDPOINT_TYPE, &["c2", "c1", "c3"], &r.nonce), T0);
+        let sent = drain(&mut s);
+        assert_eq!(sent.len(), 1);
+        assert_eq!(names(&sent[0]), ["e2"], "c3 does not exist; c1 is held");
     }
 
     #[test]
     fn what_was_sent_but_not_acknowledged_is_sent_again() {
         let mut s = stream(MapSnapshot::sample(1));
-        s.on_request(&req(ROUTE_TYPE, &["r1", "r2"], ""), T0);
-        let out = s.on_snapshot(
+        handle(&mut s, &req(ROUTE_TYPE, &["r1", "r2"], ""), T0);
+        let out = push(
+            &mut s,
             MapSnapshot::sample(1)
                 .with(ROUTE_TYPE, "r1", b"r1'")
                 .next(2)
@@ -860,7 +1095,8 @@ mod tests {
         let mut s = stream(MapSnapshot::sample(1));
         subscribed(&mut s, CLUSTER_TYPE, &[]);
         subscribed(&mut s, ENDPOINT_TYPE, &["c1", "c2"]);
-        let out = s.on_snapshot(
+        let out = push(
+            &mut s,
             MapSnapshot::sample(1)
                 .with(CLUSTER_TYPE, "c1", b"c1'")
                 .next(2)
@@ -879,7 +1115,8 @@ mod tests {
     fn deleting_a_route_sends_no_route_response() {
         let mut s = stream(MapSnapshot::sample(1));
         subscribed(&mut s, ROUTE_TYPE, &["r1", "r2"]);
-        let out = s.on_snapshot(
+        let out = push(
+            &mut s,
             MapSnapshot::sample(1)
                 .without(ROUTE_TYPE, "r2")
                 .next(2)
@@ -887,5 +1124,42 @@ mod tests {
             T0,
         );
         assert!(out.responses.is_empty(), "the listener that named it goes");
+        assert!(!s.has_owed());
+    }
+
+    #[test]
+    fn a_partial_response_shares_the_resources_encodings_across_streams() {
+        let served = ServedSnapshot::new(MapSnapshot::sample(1).shared());
+        let names = NameSets::new();
+        let mut streams: Vec<SotwStream> = (0..2)
+            .map(|i| {
+                SotwStream::new(
+                    Arc::new(Proxy::with_defaults(format!("p{i}"))),
+                    served.clone(),
+                    names.clone(),
+                )
+            })
+            .collect();
+        let next = ServedSnapshot::new(
+            MapSnapshot::sample(1)
+                .with(ROUTE_TYPE, "r1", b"r1-shared")
+                .next(2)
+                .shared(),
+        );
+        let mut sent = Vec::new();
+        for s in &mut streams {
+            subscribed(s, ROUTE_TYPE, &["r1", "r2"]);
+            s.on_snapshot(next.clone());
+            let response = s.next_response(T0).expect("r1 changed");
+            assert_eq!(response.resource_count(), 1);
+            sent.push(response);
+        }
+        let [a, b] = &sent[..] else { unreachable!() };
+        let (a, b) = (
+            a.partial.as_ref().expect("partial"),
+            b.partial.as_ref().expect("partial"),
+        );
+        assert!(Arc::ptr_eq(&a[0], &b[0]), "one resource, one encoding");
+        assert!(Arc::ptr_eq(&sent[0].view, &sent[1].view), "one record");
     }
 }

@@ -1,47 +1,76 @@
 //! Pieces both per-stream state machines share: what a client subscribed to
 //! ([`Subscription`]), the record of responses sent, ACKed and NACKed per type
-//! ([`TypeRecord`]), the events a state machine reports ([`ProtocolEvent`]) and the
-//! content hash that becomes a SotW `version_info`.
+//! ([`TypeRecord`]), what a client holds ([`Held`]), when a type is due ([`Reply`]) and
+//! the events a state machine reports ([`ProtocolEvent`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde::{Serialize, Serializer};
-use sha2::{Digest, Sha256};
 
+use super::names::{NameSet, NameSets};
 use super::types::XdsType;
+use super::view::View;
 
 /// The name that subscribes to every resource of a type.
 pub const WILDCARD: &str = "*";
 
 /// What a client subscribed to for one type.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Subscription {
     /// Everything of the type (explicit `*`, or the legacy empty first request).
     pub wildcard: bool,
     /// Explicitly named resources, remembered even when they do not exist yet so they
-    /// are sent when they appear.
-    pub names: BTreeSet<String>,
+    /// are sent when they appear. Interned: streams subscribed to the same names share it.
+    pub names: Arc<NameSet>,
     /// Set once the client named a resource explicitly: from then on an empty list
     /// means "nothing", never the legacy wildcard.
     pub named_before: bool,
 }
 
+impl Default for Subscription {
+    fn default() -> Self {
+        Subscription {
+            wildcard: false,
+            names: NameSet::empty(),
+            named_before: false,
+        }
+    }
+}
+
 impl Subscription {
     /// Applies a SotW request's full name list. Returns whether the subscription changed.
-    pub fn apply_sotw(&mut self, xds_type: XdsType, first_request: bool, names: &[String]) -> bool {
+    pub fn apply_sotw(
+        &mut self,
+        xds_type: XdsType,
+        first_request: bool,
+        names: &[String],
+        sets: &NameSets,
+    ) -> bool {
         let before = self.clone();
         if names.is_empty() {
             // Legacy wildcard: only an empty list on a type never named explicitly.
             self.wildcard = xds_type.empty_means_wildcard()
                 && !self.named_before
                 && (first_request || before.wildcard);
-            self.names.clear();
+            if !self.names.is_empty() {
+                self.names = NameSet::empty();
+            }
         } else {
             self.named_before = true;
             self.wildcard = names.iter().any(|n| n == WILDCARD);
-            self.names = names.iter().filter(|n| *n != WILDCARD).cloned().collect();
+            let explicit: Vec<&String> = names.iter().filter(|n| *n != WILDCARD).collect();
+            // Every SotW ACK repeats the whole list: compare before building anything.
+            let unchanged = if explicit.len() == names.len() {
+                self.names.same_as(names)
+            } else {
+                let owned: Vec<String> = explicit.iter().map(|n| (*n).clone()).collect();
+                self.names.same_as(&owned)
+            };
+            if !unchanged {
+                self.names = sets.intern(explicit.into_iter().cloned().collect());
+            }
         }
         *self != before
     }
@@ -54,33 +83,52 @@ impl Subscription {
         first_request: bool,
         subscribe: &[String],
         unsubscribe: &[String],
+        sets: &NameSets,
     ) -> (BTreeSet<String>, bool) {
         let before = self.clone();
         if first_request && subscribe.is_empty() && xds_type.empty_means_wildcard() {
             self.wildcard = true;
         }
+        let mut names: BTreeSet<&str> = BTreeSet::new();
+        let mut touched = false;
         for name in subscribe {
             if name == WILDCARD {
                 self.wildcard = true;
             } else {
                 self.named_before = true;
-                self.names.insert(name.clone());
+                if !self.names.contains(name) {
+                    touched = true;
+                }
             }
         }
         let mut unsubscribed = BTreeSet::new();
         for name in unsubscribe {
             if name == WILDCARD {
                 self.wildcard = false;
-            } else if self.names.remove(name) {
+            } else if self.names.contains(name) {
+                touched = true;
                 unsubscribed.insert(name.clone());
             }
+        }
+        if touched {
+            names.extend(self.names.iter().map(String::as_str));
+            names.extend(
+                subscribe
+                    .iter()
+                    .filter(|n| *n != WILDCARD)
+                    .map(String::as_str),
+            );
+            for name in &unsubscribed {
+                names.remove(name.as_str());
+            }
+            self.names = sets.intern(names.into_iter().map(str::to_string).collect());
         }
         let changed = *self != before;
         (unsubscribed, changed)
     }
 
-    /// The `names` argument for [`XdsSnapshot::resources`](super::resource::XdsSnapshot::resources): `None` for wildcard.
-    pub fn query(&self) -> Option<&BTreeSet<String>> {
+    /// The names argument of a view: `None` for wildcard.
+    pub fn query(&self) -> Option<&Arc<NameSet>> {
         if self.wildcard {
             None
         } else {
@@ -94,16 +142,85 @@ impl Subscription {
     }
 }
 
+/// Why a type is due to be answered, once the stream can send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Reply {
+    /// Only if the content differs from what was last sent (a new snapshot, a NACK with
+    /// changed names, the endpoints after a cluster response).
+    IfChanged,
+    /// Even when the content is the same (the first request of a type, a changed name
+    /// set that the client expects answered).
+    Always,
+}
+
+/// Raises `slot` to at least `reply`: a type owes one response, for the strongest reason.
+pub fn owe(slot: &mut Option<Reply>, reply: Reply) {
+    *slot = (*slot).max(Some(reply));
+}
+
+/// The resource versions a client holds (or was sent) for one type.
+#[derive(Clone, Debug, Default)]
+pub enum Held {
+    #[default]
+    Nothing,
+    /// What a reconnecting delta client reported (`initial_resource_versions`), until its
+    /// first response.
+    Versions(Arc<BTreeMap<String, String>>),
+    /// A view sent to it: shared with every stream that was sent the same.
+    View(Arc<View>),
+}
+
+impl Held {
+    pub fn version_of(&self, name: &str) -> Option<&str> {
+        match self {
+            Held::Nothing => None,
+            Held::Versions(map) => map.get(name).map(String::as_str),
+            Held::View(view) => view.version_of(name),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Held::Nothing => 0,
+            Held::Versions(map) => map.len(),
+            Held::View(view) => view.len(),
+        }
+    }
+
+    /// The names held, in order.
+    pub fn names(&self) -> Box<dyn Iterator<Item = &str> + '_> {
+        match self {
+            Held::Nothing => Box::new(std::iter::empty()),
+            Held::Versions(map) => Box::new(map.keys().map(String::as_str)),
+            Held::View(view) => Box::new(view.resources().iter().map(|r| r.name.as_str())),
+        }
+    }
+
+    /// Whether this is exactly `view`'s content.
+    pub fn is(&self, view: &View) -> bool {
+        matches!(self, Held::View(held) if held.same_content(view))
+    }
+
+    /// Names of `now` that are new or changed compared with what is held.
+    pub fn changed_in<'a>(&'a self, now: &'a View) -> impl Iterator<Item = &'a str> + 'a {
+        let same = self.is(now);
+        now.resources()
+            .iter()
+            .filter(move |r| !same && self.version_of(&r.name) != Some(r.version.as_str()))
+            .map(|r| r.name.as_str())
+    }
+}
+
 /// A response sent on a stream, as the debug pages and the ACK logic need it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct SentRecord {
-    pub version: String,
+    /// SotW `version_info`, or delta `system_version_info`.
+    pub version: Arc<str>,
     pub nonce: String,
     pub at: SystemTime,
-    /// Name → version of every resource in the response (SotW only: delta needs just the
-    /// counts). Shared with what the client holds once it ACKs, so an idle SotW stream
-    /// keeps one copy of its view, not two.
-    pub resources: Arc<BTreeMap<String, String>>,
+    /// The view sent (SotW only: delta keeps what the client holds instead). Shared with
+    /// every stream sent the same, and with what the client holds once it ACKs.
+    pub view: Option<Arc<View>>,
     pub resource_count: usize,
     /// How many names went in `removed_resources` (delta only).
     pub removed_count: usize,
@@ -134,9 +251,9 @@ impl TypeRecord {
         TypeStatus {
             type_url: xds_type.type_url().to_string(),
             wildcard: self.subscription.wildcard,
-            subscribed: self.subscription.names.iter().cloned().collect(),
+            subscribed: self.subscription.names.clone(),
             last_sent: self.last_sent.as_ref().map(|s| SentStatus {
-                version: s.version.clone(),
+                version: s.version.to_string(),
                 nonce: s.nonce.clone(),
                 at: s.at,
                 resources: s.resource_count,
@@ -187,8 +304,10 @@ pub struct NackStatus {
 pub struct TypeStatus {
     pub type_url: String,
     pub wildcard: bool,
-    /// Explicitly subscribed names (may include names that do not exist yet).
-    pub subscribed: Vec<String>,
+    /// Explicitly subscribed names (may include names that do not exist yet); shared
+    /// with the stream, never copied.
+    #[serde(serialize_with = "names_list")]
+    pub subscribed: Arc<NameSet>,
     pub last_sent: Option<SentStatus>,
     pub last_ack: Option<AckStatus>,
     pub last_nack: Option<NackStatus>,
@@ -223,6 +342,10 @@ impl TypeStatus {
     }
 }
 
+fn names_list<S: Serializer>(names: &Arc<NameSet>, serializer: S) -> Result<S::Ok, S::Error> {
+    names.as_ref().serialize(serializer)
+}
+
 /// Serializes a time as RFC 3339 UTC with milliseconds, e.g. `2025-01-31T12:00:00.123Z`
 /// (what the debug pages show).
 pub(crate) fn rfc3339<S: Serializer>(at: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {
@@ -253,51 +376,22 @@ pub enum ProtocolEvent {
     },
 }
 
-/// What a state machine returns for one input: responses in wire order, and events.
-#[derive(Debug)]
-pub struct Output<R> {
-    pub responses: Vec<R>,
-    pub events: Vec<ProtocolEvent>,
-}
-
-impl<R> Default for Output<R> {
-    fn default() -> Self {
-        Output {
-            responses: Vec::new(),
-            events: Vec::new(),
-        }
-    }
-}
-
 /// The served type of `type_url`; an unknown one is recorded in `unknown` and reported
 /// as an event (`first_time` once per stream), and the request is then ignored.
-pub(crate) fn served_type<R>(
+pub(crate) fn served_type(
     type_url: &str,
     unknown: &mut BTreeSet<String>,
-    out: &mut Output<R>,
+    events: &mut Vec<ProtocolEvent>,
 ) -> Option<XdsType> {
     let known = XdsType::from_type_url(type_url);
     if known.is_none() {
         let first_time = unknown.insert(type_url.to_string());
-        out.events.push(ProtocolEvent::UnknownType {
+        events.push(ProtocolEvent::UnknownType {
             type_url: type_url.to_string(),
             first_time,
         });
     }
     known
-}
-
-/// Hash of a set of (name, version) pairs: a SotW `version_info` or a delta
-/// `system_version_info`. Derived from content only, so it is identical on every replica.
-pub fn view_version<'a>(entries: impl IntoIterator<Item = (&'a String, &'a String)>) -> String {
-    let mut hasher = Sha256::new();
-    for (name, version) in entries {
-        hasher.update(name.as_bytes());
-        hasher.update([0u8]);
-        hasher.update(version.as_bytes());
-        hasher.update([0u8]);
-    }
-    hex::encode(&hasher.finalize()[..8])
 }
 
 /// Per-stream nonce source: nonces are unique on the stream, which is all the protocol asks.
@@ -313,7 +407,7 @@ impl NonceSource {
     }
 }
 
-/// A snapshot that answers every query with the same name twice (different content), to
+/// A snapshot whose two parts both carry a resource named `dup` (different content), to
 /// prove responses never carry a name twice.
 #[cfg(test)]
 pub(crate) struct DuplicatingSnapshot;
@@ -323,22 +417,32 @@ impl super::resource::XdsSnapshot for DuplicatingSnapshot {
     fn version(&self) -> u64 {
         1
     }
-    fn resources(
+    fn parts(
         &self,
         _proxy: &pilotfish_mesh::model::Proxy,
-        type_url: &str,
-        _names: Option<&BTreeSet<String>>,
-    ) -> Vec<Arc<super::resource::Resource>> {
-        [b"one", b"two"]
-            .iter()
-            .map(|payload| {
-                let body = prost_types::Any {
-                    type_url: type_url.to_string(),
-                    value: payload.to_vec(),
-                };
-                Arc::new(super::resource::Resource::new("dup", body))
-            })
-            .collect()
+        xds_type: XdsType,
+    ) -> Vec<Arc<super::resource::ResourceMap>> {
+        static PARTS: std::sync::OnceLock<Vec<Vec<Arc<super::resource::ResourceMap>>>> =
+            std::sync::OnceLock::new();
+        let parts = PARTS.get_or_init(|| {
+            XdsType::ALL
+                .iter()
+                .map(|t| {
+                    [b"one", b"two"]
+                        .iter()
+                        .map(|payload| {
+                            let body = prost_types::Any {
+                                type_url: t.type_url().to_string(),
+                                value: payload.to_vec(),
+                            };
+                            let resource = Arc::new(super::resource::Resource::new("dup", body));
+                            Arc::new(BTreeMap::from([("dup".to_string(), resource)]))
+                        })
+                        .collect()
+                })
+                .collect()
+        });
+        parts[xds_type.index()].clone()
     }
     fn change_since(&self, _previous: u64) -> super::resource::ChangeKind {
         super::resource::ChangeKind::Full
@@ -373,22 +477,24 @@ mod tests {
 
     #[test]
     fn empty_first_request_is_wildcard_for_lds_and_cds_only() {
+        let sets = NameSets::default();
         let mut cds = Subscription::default();
-        assert!(cds.apply_sotw(XdsType::Cluster, true, &[]));
+        assert!(cds.apply_sotw(XdsType::Cluster, true, &[], &sets));
         assert!(cds.wildcard);
         let mut eds = Subscription::default();
-        eds.apply_sotw(XdsType::Endpoint, true, &[]);
+        eds.apply_sotw(XdsType::Endpoint, true, &[], &sets);
         assert!(!eds.wildcard && eds.is_empty());
     }
 
     #[test]
     fn once_named_an_empty_list_means_nothing() {
+        let sets = NameSets::default();
         let mut sub = Subscription::default();
-        sub.apply_sotw(XdsType::Listener, true, &[]);
+        sub.apply_sotw(XdsType::Listener, true, &[], &sets);
         assert!(sub.wildcard);
-        assert!(sub.apply_sotw(XdsType::Listener, false, &names(&["a"])));
+        assert!(sub.apply_sotw(XdsType::Listener, false, &names(&["a"]), &sets));
         assert!(!sub.wildcard);
-        assert!(sub.apply_sotw(XdsType::Listener, false, &[]));
+        assert!(sub.apply_sotw(XdsType::Listener, false, &[], &sets));
         assert!(
             sub.is_empty(),
             "empty after explicit names unsubscribes all"
@@ -397,47 +503,66 @@ mod tests {
 
     #[test]
     fn legacy_wildcard_stays_on_repeated_empty_lists() {
+        let sets = NameSets::default();
         let mut sub = Subscription::default();
-        sub.apply_sotw(XdsType::Cluster, true, &[]);
-        assert!(!sub.apply_sotw(XdsType::Cluster, false, &[]));
+        sub.apply_sotw(XdsType::Cluster, true, &[], &sets);
+        assert!(!sub.apply_sotw(XdsType::Cluster, false, &[], &sets));
         assert!(sub.wildcard);
     }
 
     #[test]
     fn explicit_star_with_names() {
+        let sets = NameSets::default();
         let mut sub = Subscription::default();
-        sub.apply_sotw(XdsType::Route, true, &names(&["*", "r1"]));
+        sub.apply_sotw(XdsType::Route, true, &names(&["*", "r1"]), &sets);
         assert!(sub.wildcard);
-        assert_eq!(sub.names, BTreeSet::from(["r1".to_string()]));
+        assert_eq!(sub.names.iter().collect::<Vec<_>>(), ["r1"]);
         assert_eq!(sub.query(), None);
     }
 
     #[test]
+    fn an_unchanged_sotw_list_keeps_the_shared_set() {
+        let sets = NameSets::default();
+        let mut a = Subscription::default();
+        let mut b = Subscription::default();
+        a.apply_sotw(XdsType::Endpoint, true, &names(&["y", "x"]), &sets);
+        b.apply_sotw(XdsType::Endpoint, true, &names(&["x", "y"]), &sets);
+        assert!(Arc::ptr_eq(&a.names, &b.names), "two streams, one set");
+        let kept = a.names.clone();
+        assert!(!a.apply_sotw(XdsType::Endpoint, false, &names(&["x", "y"]), &sets));
+        assert!(Arc::ptr_eq(&a.names, &kept));
+        assert!(a.apply_sotw(XdsType::Endpoint, false, &names(&["x"]), &sets));
+        assert_eq!(sets.len(), 2);
+    }
+
+    #[test]
     fn delta_subscribe_unsubscribe() {
+        let sets = NameSets::default();
         let mut sub = Subscription::default();
-        let (gone, changed) = sub.apply_delta(XdsType::Endpoint, true, &names(&["a", "b"]), &[]);
+        let (gone, changed) =
+            sub.apply_delta(XdsType::Endpoint, true, &names(&["a", "b"]), &[], &sets);
         assert!(changed && gone.is_empty() && !sub.wildcard);
-        let (gone, changed) = sub.apply_delta(XdsType::Endpoint, false, &[], &names(&["a", "zz"]));
+        let (gone, changed) =
+            sub.apply_delta(XdsType::Endpoint, false, &[], &names(&["a", "zz"]), &sets);
         assert!(changed);
         assert_eq!(gone, BTreeSet::from(["a".to_string()]));
-        let (_, changed) = sub.apply_delta(XdsType::Endpoint, false, &[], &names(&["zz"]));
+        assert_eq!(sub.names.iter().collect::<Vec<_>>(), ["b"]);
+        let (_, changed) = sub.apply_delta(XdsType::Endpoint, false, &[], &names(&["zz"]), &sets);
         assert!(!changed);
         let mut lds = Subscription::default();
-        lds.apply_delta(XdsType::Listener, true, &[], &[]);
+        lds.apply_delta(XdsType::Listener, true, &[], &[], &sets);
         assert!(lds.wildcard, "legacy wildcard on the first delta request");
-        lds.apply_delta(XdsType::Listener, false, &[], &names(&["*"]));
+        lds.apply_delta(XdsType::Listener, false, &[], &names(&["*"]), &sets);
         assert!(!lds.wildcard);
     }
 
     #[test]
-    fn view_version_depends_on_every_pair() {
-        let a = BTreeMap::from([("x".to_string(), "1".to_string())]);
-        let b = BTreeMap::from([("x".to_string(), "2".to_string())]);
-        let c = BTreeMap::from([("y".to_string(), "1".to_string())]);
-        let empty = BTreeMap::<String, String>::new();
-        let versions = [&a, &b, &c, &empty].map(|m| view_version(m.iter()));
-        let unique: BTreeSet<_> = versions.iter().collect();
-        assert_eq!(unique.len(), 4);
-        assert_eq!(view_version(a.iter()), view_version(a.clone().iter()));
+    fn owed_replies_keep_the_strongest_reason() {
+        let mut slot = None;
+        owe(&mut slot, Reply::IfChanged);
+        assert_eq!(slot, Some(Reply::IfChanged));
+        owe(&mut slot, Reply::Always);
+        owe(&mut slot, Reply::IfChanged);
+        assert_eq!(slot, Some(Reply::Always));
     }
 }

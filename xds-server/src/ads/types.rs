@@ -39,6 +39,11 @@ impl XdsType {
         }
     }
 
+    /// Position in [`XdsType::ALL`], for per-type arrays.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     pub fn type_url(self) -> &'static str {
         match self {
             XdsType::Cluster => CLUSTER_TYPE,

@@ -230,8 +230,7 @@ fn outbound_cluster(
             });
         }
         let mut options = http_protocol_options(plan.port.protocol, pool);
-        if let Some((auto_sni, auto_san_validation)) = auto_sni_and_san(tls.as_deref(), flavor)
-        {
+        if let Some((auto_sni, auto_san_validation)) = auto_sni_and_san(tls.as_deref(), flavor) {
             // Istio sets these on every SIMPLE/MUTUAL cluster, HTTP/1.1 when nothing else
             // chose the upstream protocol.
             options

@@ -6,21 +6,29 @@
 //! their own inbound ports differ. The cache lives and dies with the snapshot.
 //!
 //! Each cache slot is a `OnceLock`: concurrent requests for the same part wait for one
-//! generation instead of repeating it.
+//! generation instead of repeating it. A generated part is the process's one shared copy
+//! of its content ([`shared_part`]), so scopes (and snapshots) that generate the same
+//! resources hold one map, and the engine's responses cut from it are shared too.
+//!
+//! The outbound plan every planned part derives from is large (a merged traffic policy per
+//! cluster) and cheap to compute, so it is not kept for the snapshot's lifetime: it is
+//! cached weakly, and the first part of a scope that needs it generates its planned
+//! siblings while the plan is at hand.
 //!
 //! The generators do no telemetry: each part's generation returns its [`Finding`]s, and
 //! `report` logs and counts them here — once per generated part, since parts are
 //! cached.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use pilotfish_mesh::model::{Proxy, ProxyType, Resolution, TargetPort};
 use pilotfish_mesh::push_context::{PushContext, diff};
 
-use crate::ads::{ChangeKind, Resource, XdsSnapshot, XdsType};
+pub use crate::ads::ResourceMap;
+use crate::ads::{ChangeKind, Resource, XdsSnapshot, XdsType, shared_part};
 
 use super::canonical::canonicalize;
 use super::findings::{Finding, RouteKind};
@@ -34,9 +42,6 @@ use super::sanitize::{sanitize_listeners, sanitize_routes};
 use super::scope::{Flavor, Part, Scope, ScopeIndex};
 use super::util::resource_any;
 use super::{cds, eds, lds, rds};
-
-/// Generated resources of one part, by name.
-pub type ResourceMap = BTreeMap<String, Arc<Resource>>;
 
 /// A concurrent map of lazily computed values; one computation per key.
 #[derive(Debug)]
@@ -64,7 +69,24 @@ impl<K: Eq + Hash, V: Clone> Cache<K, V> {
     fn len(&self) -> usize {
         self.slots.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
+
+    /// Whether `key` has a value (or one is being computed).
+    fn contains(&self, key: &K) -> bool {
+        self.slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .is_some_and(|slot| slot.get().is_some())
+    }
 }
+
+/// The parts derived from a scope's outbound plan.
+const PLANNED: [Part; 4] = [
+    Part::OutboundClusters,
+    Part::Endpoints,
+    Part::OutboundListeners,
+    Part::Routes,
+];
 
 /// One mesh snapshot, as served over xDS.
 #[derive(Debug)]
@@ -75,7 +97,8 @@ pub struct GeneratedSnapshot {
     change: ChangeKind,
     previous_version: Option<u64>,
     index: ScopeIndex,
-    plans: Cache<Scope, Arc<OutboundPlan>>,
+    /// Held weakly: alive while parts of the scope are being generated.
+    plans: Mutex<HashMap<Scope, Weak<OutboundPlan>>>,
     parts: Cache<(Part, Scope), Arc<ResourceMap>>,
     generations: AtomicU64,
 }
@@ -106,7 +129,7 @@ impl GeneratedSnapshot {
             change,
             previous_version,
             index,
-            plans: Cache::new(),
+            plans: Mutex::new(HashMap::new()),
             parts: Cache::new(),
             generations: AtomicU64::new(0),
         }
@@ -168,15 +191,36 @@ impl GeneratedSnapshot {
 
     fn plan(&self, proxy: &Proxy, scope: &Scope) -> Arc<OutboundPlan> {
         let key = scope.for_part(Part::OutboundClusters);
-        self.plans.get_or_init(key, || {
-            let mut findings = Vec::new();
-            let plan = outbound_plan(&self.push, proxy, Flavor::of(proxy), &mut findings);
-            report(&findings);
-            Arc::new(plan)
-        })
+        let lock = || self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(plan) = lock().get(&key).and_then(Weak::upgrade) {
+            return plan;
+        }
+        let mut findings = Vec::new();
+        let plan = Arc::new(outbound_plan(
+            &self.push,
+            proxy,
+            Flavor::of(proxy),
+            &mut findings,
+        ));
+        report(&findings);
+        lock().insert(key, Arc::downgrade(&plan));
+        plan
     }
 
     fn part(&self, proxy: &Proxy, scope: &Scope, part: Part) -> Arc<ResourceMap> {
+        let key = (part, scope.for_part(part));
+        if PLANNED.contains(&part) && !self.parts.contains(&key) {
+            // One plan serves every planned part of the scope: generate them while it is
+            // held here, rather than computing it again for each.
+            let _plan = self.plan(proxy, scope);
+            for sibling in PLANNED {
+                self.generated(proxy, scope, sibling);
+            }
+        }
+        self.generated(proxy, scope, part)
+    }
+
+    fn generated(&self, proxy: &Proxy, scope: &Scope, part: Part) -> Arc<ResourceMap> {
         let key = (part, scope.for_part(part));
         self.parts.get_or_init(key, || {
             self.generations.fetch_add(1, Ordering::Relaxed);
@@ -184,7 +228,7 @@ impl GeneratedSnapshot {
             let mut findings = Vec::new();
             let resources = self.generate(proxy, scope, part, &mut findings);
             report(&findings);
-            Arc::new(resources)
+            shared_part(resources)
         })
     }
 
@@ -390,7 +434,8 @@ fn part_label(part: Part) -> &'static str {
 }
 
 /// Encodes resources once, by name (a name already present keeps its first resource:
-/// one response never carries a name twice).
+/// one response never carries a name twice), each as the process's one shared copy of
+/// its content ([`Resource::shared`]): scopes that generate equal resources keep one.
 fn encode<M: prost::Message + prost::Name>(
     items: Vec<M>,
     name: impl Fn(&M) -> &String,
@@ -415,7 +460,7 @@ fn encode<M: prost::Message + prost::Name>(
                 e.bytes
             }
         };
-        out.insert(n.clone(), Arc::new(Resource::new(n, body)));
+        out.insert(n.clone(), Resource::new(n, body).shared());
     }
     out
 }
@@ -425,24 +470,9 @@ impl XdsSnapshot for GeneratedSnapshot {
         self.version
     }
 
-    fn resources(
-        &self,
-        proxy: &Proxy,
-        type_url: &str,
-        names: Option<&BTreeSet<String>>,
-    ) -> Vec<Arc<Resource>> {
-        let Some(kind) = XdsType::from_type_url(type_url) else {
-            return Vec::new();
-        };
-        // Served straight from the cached parts: no per-request copy of the maps.
-        let parts = self.parts_of(proxy, kind);
-        match names {
-            None => parts.iter().flat_map(|p| p.values().cloned()).collect(),
-            Some(names) => names
-                .iter()
-                .filter_map(|n| parts.iter().find_map(|p| p.get(n).cloned()))
-                .collect(),
-        }
+    /// Straight from the cached parts: every proxy of a scope gets the same `Arc`s.
+    fn parts(&self, proxy: &Proxy, kind: XdsType) -> Vec<Arc<ResourceMap>> {
+        self.parts_of(proxy, kind)
     }
 
     fn change_since(&self, previous: u64) -> ChangeKind {

@@ -120,7 +120,10 @@ fn sidecar_context(
             });
             // The CRL goes with file-based roots only (not a credential's, not the OS roots).
             if tls.credential_name.is_none()
-                && tls.ca_certificates.as_deref().is_some_and(|ca| !ca.is_empty())
+                && tls
+                    .ca_certificates
+                    .as_deref()
+                    .is_some_and(|ca| !ca.is_empty())
             {
                 set_crl(&mut common, tls.ca_crl.as_deref());
             }

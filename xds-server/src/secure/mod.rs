@@ -50,7 +50,7 @@ pub async fn serve(
         handshake_timeout: HANDSHAKE_TIMEOUT,
     };
     let router = SecureRouter {
-        ads: ads.service(),
+        ads,
         ca: Arc::new(ca),
         authn,
     };

@@ -4,81 +4,81 @@
 //! request is answered with `UNAUTHENTICATED` (or `UNAVAILABLE` when the API server
 //! could not be asked) before any of its messages is read.
 
-use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryServiceServer;
-use futures::future::BoxFuture;
+use http_body_util::Either;
 use hyper::body::Incoming;
+use hyper::{Request, Response};
 use pilotfish_ca::proto::CREATE_CERTIFICATE_PATH;
-use tonic::codegen::Service;
 use tracing::debug;
 
 use super::authn::Authenticator;
 use super::ca_service::{CaService, CreateCertificate};
 use super::metrics;
 use super::tls::PeerCertificates;
-use crate::ads::AdsServer;
+use crate::ads::{AdsBody, AdsServer, ConnectionClosing, Handler};
 
 /// Authenticate, then route.
 #[derive(Clone)]
 pub(crate) struct SecureRouter {
-    pub ads: AggregatedDiscoveryServiceServer<AdsServer>,
+    pub ads: AdsServer,
     pub ca: Arc<CaService>,
     pub authn: Arc<Authenticator>,
 }
 
-impl Service<hyper::Request<Incoming>> for SecureRouter {
-    type Response = hyper::Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
+impl Handler for SecureRouter {
+    /// ADS streams keep the engine's own framing; the CA and refusals are tonic's.
+    type Body = Either<AdsBody, tonic::body::Body>;
 
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, mut request: hyper::Request<Incoming>) -> Self::Future {
-        let this = self.clone();
-        Box::pin(async move {
-            let peer = request.extensions().get::<PeerCertificates>().cloned();
-            let offered = match (
-                &peer,
-                request.headers().contains_key(http::header::AUTHORIZATION),
-            ) {
-                (Some(_), _) => "certificate",
-                (None, true) => "token",
-                (None, false) => "none",
-            };
-            let caller = match this
-                .authn
-                .authenticate(request.headers(), peer.as_ref())
-                .await
-            {
-                Ok(caller) => caller,
-                Err(e) => {
-                    metrics::AUTHN_FAILURES.inc();
-                    metrics::REQUESTS
-                        .with_label_values(&[offered, e.result()])
-                        .inc();
-                    debug!(path = %request.uri().path(), error = %e, "secure port: request not authenticated");
-                    return Ok(e.into_status().into_http());
-                }
-            };
-            metrics::REQUESTS
-                .with_label_values(&[caller.source.as_str(), "authenticated"])
-                .inc();
-            if request.uri().path() == CREATE_CERTIFICATE_PATH {
-                let method = CreateCertificate {
-                    ca: this.ca.clone(),
-                    caller,
-                };
-                let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
-                return Ok(grpc.unary(method, request).await);
+    async fn handle(
+        &self,
+        mut request: Request<Incoming>,
+        peer: Option<SocketAddr>,
+        closing: Option<ConnectionClosing>,
+    ) -> Response<Self::Body> {
+        let certificates = request.extensions().get::<PeerCertificates>().cloned();
+        let offered = match (
+            &certificates,
+            request.headers().contains_key(http::header::AUTHORIZATION),
+        ) {
+            (Some(_), _) => "certificate",
+            (None, true) => "token",
+            (None, false) => "none",
+        };
+        let caller = match self
+            .authn
+            .authenticate(request.headers(), certificates.as_ref())
+            .await
+        {
+            Ok(caller) => caller,
+            Err(e) => {
+                metrics::AUTHN_FAILURES.inc();
+                metrics::REQUESTS
+                    .with_label_values(&[offered, e.result()])
+                    .inc();
+                debug!(path = %request.uri().path(), error = %e, "secure port: request not authenticated");
+                return e
+                    .into_status()
+                    .into_http::<tonic::body::Body>()
+                    .map(Either::Right);
             }
-            request.extensions_mut().insert(caller);
-            let mut ads = this.ads;
-            ads.call(request).await
-        })
+        };
+        metrics::REQUESTS
+            .with_label_values(&[caller.source.as_str(), "authenticated"])
+            .inc();
+        if request.uri().path() == CREATE_CERTIFICATE_PATH {
+            let method = CreateCertificate {
+                ca: self.ca.clone(),
+                caller,
+            };
+            let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
+            return grpc.unary(method, request).await.map(Either::Right);
+        }
+        request.extensions_mut().insert(caller);
+        self.ads
+            .handle(request, peer, closing)
+            .await
+            .map(Either::Left)
     }
 }

@@ -337,14 +337,7 @@ async fn a_slow_stream_gets_only_the_newest_and_never_blocks_others() {
         payload.extend_from_slice(version.to_string().as_bytes());
         MapSnapshot::new(version).with(CLUSTER_TYPE, "c", &payload)
     };
-    let server = TestServer::start_with(
-        AdsConfig {
-            push_concurrency: 1,
-            ..AdsConfig::default()
-        },
-        Some(big(1)),
-    )
-    .await;
+    let server = TestServer::start("a", Some(big(1))).await;
     let mut slow = server
         .sotw(first(CLUSTER_TYPE, &[]))
         .await

@@ -85,13 +85,36 @@ impl TestServer {
 
     /// Opens a SotW stream whose first request is `first`.
     pub async fn sotw(&self, first: DiscoveryRequest) -> Result<Sotw, tonic::Status> {
+        let client = self.client().await;
+        Self::sotw_on(client, first).await
+    }
+
+    /// Opens a SotW stream on its own connection whose HTTP/2 receive window is `window`
+    /// bytes: a client that stops reading stops the server after that much.
+    pub async fn sotw_with_window(
+        &self,
+        first: DiscoveryRequest,
+        window: u32,
+    ) -> Result<Sotw, tonic::Status> {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr))
+            .expect("endpoint")
+            .initial_stream_window_size(window)
+            .initial_connection_window_size(window)
+            .connect()
+            .await
+            .expect("connect to the test ADS server");
+        Self::sotw_on(AggregatedDiscoveryServiceClient::new(channel), first).await
+    }
+
+    async fn sotw_on(
+        mut client: AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
+        first: DiscoveryRequest,
+    ) -> Result<Sotw, tonic::Status> {
         let (tx, rx) = mpsc::channel(16);
         tx.send(first).await.expect("queue first request");
         let inbound = tokio::time::timeout(
             PATIENCE,
-            self.client()
-                .await
-                .stream_aggregated_resources(ReceiverStream::new(rx)),
+            client.stream_aggregated_resources(ReceiverStream::new(rx)),
         )
         .await
         .expect("stream opened in time")?

@@ -3,6 +3,7 @@
 //! own validation rules; the generators' behaviour through the snapshot; and the bytes
 //! one configuration change sends per sidecar (`push_bytes`).
 
+mod ads_backpressure;
 mod ads_delta;
 mod ads_sotw;
 mod generators;

@@ -19,7 +19,8 @@
 //! second test drives the real `SotwStream` and `DeltaStream` with an in-process Envoy
 //! (wildcard CDS/LDS, EDS and RDS names followed from what it holds, every response
 //! ACKed) through the VirtualService edit and a Service added and removed, checks that the
-//! Envoy ends up holding exactly the new view, and bounds what the machines sent. The
+//! Envoy ends up holding exactly the new view, and bounds what the machines sent (framed
+//! by the engine's own encoder, `encode_sotw`/`encode_delta`, gRPC prefix included). The
 //! tests bound bytes (never time); run them with `--nocapture` to print the tables:
 //!
 //! ```sh
@@ -49,7 +50,10 @@ use pilotfish_mesh::api::{DestinationRule, Subset, VirtualService};
 use pilotfish_mesh::model::Proxy;
 use pilotfish_mesh::push_context::{BuildInputs, PushContext, build};
 use pilotfish_mesh::synthetic::{MeshShape, mesh};
-use pilotfish_xds::ads::{ChangeKind, DeltaStream, Resource, SotwStream, XdsType};
+use pilotfish_xds::ads::{
+    ChangeKind, ControlPlane as Replica, DeltaStream, NameSets, Resource, ServedSnapshot,
+    SotwStream, XdsType, encode_delta, encode_sotw,
+};
 use pilotfish_xds::generate::{GeneratedSnapshot, ResourceMap};
 use prost::Message;
 
@@ -510,9 +514,44 @@ fn xds_type(type_url: &str) -> XdsType {
     XdsType::from_type_url(type_url).expect("a served type")
 }
 
+/// The bytes of one gRPC message as the engine frames it, without the 5-byte prefix.
+fn message(bytes: Vec<u8>) -> Vec<u8> {
+    bytes[5..].to_vec()
+}
+
+/// Every response the SotW stream sends when the transport takes all it can, as the
+/// client decodes them, and their bytes on the wire (gRPC prefix included).
+fn sotw_sent(stream: &mut SotwStream) -> (Vec<DiscoveryResponse>, usize) {
+    let replica = Replica::new("pilotfish-xds-0");
+    let mut bytes = 0;
+    let responses = std::iter::from_fn(|| stream.next_response(T0))
+        .map(|r| {
+            let encoded = encode_sotw(&r, &replica);
+            bytes += encoded.len();
+            DiscoveryResponse::decode(&message(encoded.to_vec())[..]).expect("decodes")
+        })
+        .collect();
+    (responses, bytes)
+}
+
+/// The same for a delta stream.
+fn delta_sent(stream: &mut DeltaStream) -> (Vec<DeltaDiscoveryResponse>, usize) {
+    let replica = Replica::new("pilotfish-xds-0");
+    let mut bytes = 0;
+    let responses = std::iter::from_fn(|| stream.next_response(T0))
+        .map(|r| {
+            let encoded = encode_delta(&r, &replica);
+            bytes += encoded.len();
+            DeltaDiscoveryResponse::decode(&message(encoded.to_vec())[..]).expect("decodes")
+        })
+        .collect();
+    (responses, bytes)
+}
+
 /// An Envoy as the ADS engine sees it, for one SotW stream: wildcard CDS and LDS, EDS and
-/// RDS names followed from what it holds, every response ACKed. Returns the bytes of the
-/// responses received until the stream is quiet.
+/// RDS names followed from what it holds, every response ACKed, a transport that takes
+/// every response at once. Counts the bytes of the responses received until the stream is
+/// quiet.
 struct SotwEnvoy {
     stream: SotwStream,
     /// Per type: name → resource bytes held (RDS and EDS are merged, LDS and CDS replaced).
@@ -522,17 +561,17 @@ struct SotwEnvoy {
 }
 
 impl SotwEnvoy {
-    fn connect(proxy: &Proxy, snapshot: Arc<GeneratedSnapshot>) -> (SotwEnvoy, usize) {
+    fn connect(proxy: &Proxy, snapshot: Arc<ServedSnapshot>) -> (SotwEnvoy, usize) {
         let mut envoy = SotwEnvoy {
-            stream: SotwStream::new(Arc::new(proxy.clone()), "pilotfish-xds-0", snapshot),
+            stream: SotwStream::new(Arc::new(proxy.clone()), snapshot, NameSets::new()),
             held: BTreeMap::new(),
             names: BTreeMap::new(),
             nonces: BTreeMap::new(),
         };
         let mut bytes = 0;
         for kind in [XdsType::Cluster, XdsType::Listener] {
-            let out = envoy.stream.on_request(&envoy.request(kind), T0);
-            bytes += envoy.receive(out.responses);
+            envoy.stream.on_request(&envoy.request(kind), T0);
+            bytes += envoy.receive();
         }
         (envoy, bytes)
     }
@@ -548,17 +587,16 @@ impl SotwEnvoy {
         }
     }
 
-    fn push(&mut self, snapshot: Arc<GeneratedSnapshot>) -> usize {
-        let out = self.stream.on_snapshot(snapshot, T0);
-        self.receive(out.responses)
+    fn push(&mut self, snapshot: Arc<ServedSnapshot>) -> usize {
+        self.stream.on_snapshot(snapshot);
+        self.receive()
     }
 
     /// Takes responses (and the responses to its own follow-up requests) until quiet.
-    fn receive(&mut self, mut queue: Vec<DiscoveryResponse>) -> usize {
-        let mut bytes = 0;
+    fn receive(&mut self) -> usize {
+        let (mut queue, mut bytes) = sotw_sent(&mut self.stream);
         while !queue.is_empty() {
             let r = queue.remove(0);
-            bytes += r.encoded_len();
             let kind = xds_type(&r.type_url);
             let held = self.held.entry(kind).or_default();
             if matches!(kind, XdsType::Cluster | XdsType::Listener) {
@@ -570,7 +608,7 @@ impl SotwEnvoy {
             }
             self.nonces
                 .insert(kind, (r.version_info.clone(), r.nonce.clone()));
-            queue.extend(self.stream.on_request(&self.request(kind), T0).responses);
+            self.stream.on_request(&self.request(kind), T0);
             // Names to follow from what is held of the parent types.
             for (parent, child) in [
                 (XdsType::Cluster, XdsType::Endpoint),
@@ -591,9 +629,12 @@ impl SotwEnvoy {
                         child_held.retain(|n, _| wanted.binary_search(n).is_ok());
                     }
                     self.names.insert(child, wanted);
-                    queue.extend(self.stream.on_request(&self.request(child), T0).responses);
+                    self.stream.on_request(&self.request(child), T0);
                 }
             }
+            let (more, more_bytes) = sotw_sent(&mut self.stream);
+            queue.extend(more);
+            bytes += more_bytes;
         }
         bytes
     }
@@ -607,9 +648,9 @@ struct DeltaEnvoy {
 }
 
 impl DeltaEnvoy {
-    fn connect(proxy: &Proxy, snapshot: Arc<GeneratedSnapshot>) -> (DeltaEnvoy, usize) {
+    fn connect(proxy: &Proxy, snapshot: Arc<ServedSnapshot>) -> (DeltaEnvoy, usize) {
         let mut envoy = DeltaEnvoy {
-            stream: DeltaStream::new(Arc::new(proxy.clone()), "pilotfish-xds-0", snapshot),
+            stream: DeltaStream::new(Arc::new(proxy.clone()), snapshot, NameSets::new()),
             held: BTreeMap::new(),
             names: BTreeMap::new(),
         };
@@ -619,22 +660,21 @@ impl DeltaEnvoy {
                 type_url: kind.type_url().to_string(),
                 ..Default::default()
             };
-            let out = envoy.stream.on_request(&first, T0);
-            bytes += envoy.receive(out.responses);
+            envoy.stream.on_request(&first, T0);
+            bytes += envoy.receive();
         }
         (envoy, bytes)
     }
 
-    fn push(&mut self, snapshot: Arc<GeneratedSnapshot>) -> usize {
-        let out = self.stream.on_snapshot(snapshot, T0);
-        self.receive(out.responses)
+    fn push(&mut self, snapshot: Arc<ServedSnapshot>) -> usize {
+        self.stream.on_snapshot(snapshot);
+        self.receive()
     }
 
-    fn receive(&mut self, mut queue: Vec<DeltaDiscoveryResponse>) -> usize {
-        let mut bytes = 0;
+    fn receive(&mut self) -> usize {
+        let (mut queue, mut bytes) = delta_sent(&mut self.stream);
         while !queue.is_empty() {
             let r = queue.remove(0);
-            bytes += r.encoded_len();
             let kind = xds_type(&r.type_url);
             let held = self.held.entry(kind).or_default();
             for gone in &r.removed_resources {
@@ -649,7 +689,7 @@ impl DeltaEnvoy {
                 response_nonce: r.nonce.clone(),
                 ..Default::default()
             };
-            queue.extend(self.stream.on_request(&ack, T0).responses);
+            self.stream.on_request(&ack, T0);
             for (parent, child) in [
                 (XdsType::Cluster, XdsType::Endpoint),
                 (XdsType::Listener, XdsType::Route),
@@ -673,9 +713,12 @@ impl DeltaEnvoy {
                         child_held.retain(|n, _| wanted.contains(n));
                     }
                     self.names.insert(child, wanted);
-                    queue.extend(self.stream.on_request(&request, T0).responses);
+                    self.stream.on_request(&request, T0);
                 }
             }
+            let (more, more_bytes) = delta_sent(&mut self.stream);
+            queue.extend(more);
+            bytes += more_bytes;
         }
         bytes
     }
@@ -739,6 +782,7 @@ fn push_bytes_through_the_ads_state_machines() {
         1,
         ChangeKind::Full,
     ));
+    let base = ServedSnapshot::new(base);
     let (mut sotw, sotw_initial) = SotwEnvoy::connect(&proxy, base.clone());
     let (mut delta, delta_initial) = DeltaEnvoy::connect(&proxy, base);
     println!(
@@ -749,8 +793,9 @@ fn push_bytes_through_the_ads_state_machines() {
     println!("| change | SotW KB | delta KB |");
     println!("| --- | --- | --- |");
     for (name, snapshot) in steps {
-        let s = sotw.push(snapshot.clone());
-        let d = delta.push(snapshot.clone());
+        let served = ServedSnapshot::new(snapshot.clone());
+        let s = sotw.push(served.clone());
+        let d = delta.push(served);
         println!("| {name} | {} | {} |", kb(s), kb(d));
         // Both Envoys hold the new view, exactly.
         for kind in XdsType::ALL {
