@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build test test-deps lint unit integration crds crds-check descriptors descriptors-check manifests manifests-check images bench run demo
+.PHONY: all build test test-deps lint unit integration crds crds-check descriptors descriptors-check manifests manifests-check images bench fuzz run demo
 
 all: build
 
@@ -70,6 +70,12 @@ descriptors-check:
 
 bench:
 	$(CARGO) bench --workspace
+
+## Coverage-guided fuzzing (cargo-fuzz) of the snapshot decoder, the YAML parser and the
+## SotW ADS state machine, FUZZ_SECONDS (default 60) per target; fails on any crash.
+## Uses the nightly toolchain if present, else RUSTC_BOOTSTRAP=1. See scripts/fuzz.sh.
+fuzz:
+	./scripts/fuzz.sh
 
 ## Standalone xDS server on the bundled bookinfo example (no cluster, no Redis).
 run:
