@@ -1,6 +1,6 @@
 //! A folder of Kubernetes-style YAML files as a mesh source (standalone mode and the
 //! controller's `--config-dir` mode). Parsing is `pilotfish_mesh::document`; listing is
-//! [`scan`], reading a file whole is [`read`]; this module keeps what was read, decides
+//! [`scan`], reading a file whole is `read`; this module keeps what was read, decides
 //! what to re-read, and reports each problem once.
 //!
 //! - Each document stands alone. A document that does not parse is reported with the file,
