@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build test test-deps lint unit integration crds crds-check descriptors descriptors-check manifests manifests-check images bench bench-load run demo
+.PHONY: all build test test-deps lint unit integration crds crds-check descriptors descriptors-check manifests manifests-check images bench bench-load fuzz run demo
 
 all: build
 
@@ -76,6 +76,12 @@ bench:
 ## SotW and delta, against a null server that only replays the same bytes (docs/PERFORMANCE.md).
 bench-load:
 	./scripts/bench-load.sh
+
+## Coverage-guided fuzzing (cargo-fuzz) of the snapshot decoder, the YAML parser and the
+## SotW ADS state machine, FUZZ_SECONDS (default 60) per target; fails on any crash.
+## Uses the nightly toolchain if present, else RUSTC_BOOTSTRAP=1. See scripts/fuzz.sh.
+fuzz:
+	./scripts/fuzz.sh
 
 ## Standalone xDS server on the bundled bookinfo example (no cluster, no Redis).
 run:

@@ -3,17 +3,22 @@
 //! object and field path. Each object is judged alone; references (subsets, hosts) are
 //! checked against the objects given and never fail one (a warning). Objects of Istio kinds
 //! Pilotfish does not support yet (Gateway, Sidecar, ...) and fields it does not know are
-//! warnings too. Exit status 1 when there is at least one error, 0 otherwise.
+//! warnings too. Folders are listed as the folder source lists them
+//! (`pilotfish_shared::source::scan`): entries it would skip (a folder it cannot list, a
+//! looping link, a FIFO) are warnings, files it cannot read are errors, and neither stops
+//! the rest from being checked. Exit status 1 when there is at least one error, 0
+//! otherwise.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use pilotfish_mesh::config::{ConfigError, Severity};
 use pilotfish_mesh::document::{IgnoredObject, MeshObject, SourceError, parse_text, to_inputs};
 use pilotfish_mesh::mesh_config::MeshConfig;
 use pilotfish_mesh::push_context::{BuildInputs, build};
+use pilotfish_shared::source::scan;
 use serde_json::json;
 
 /// Output format of the command.
@@ -33,6 +38,8 @@ pub struct Report {
     pub objects: usize,
     /// Objects of Istio kinds Pilotfish does not support yet, with their file (warnings).
     pub unsupported: Vec<(PathBuf, IgnoredObject)>,
+    /// Entries of the folders given that were skipped, with the reason (warnings).
+    pub skipped: Vec<(PathBuf, String)>,
 }
 
 /// What the warning about an object of an unsupported kind says.
@@ -45,6 +52,7 @@ impl Report {
 
     pub fn warning_count(&self) -> usize {
         self.unsupported.len()
+            + self.skipped.len()
             + self
                 .findings
                 .iter()
@@ -63,15 +71,37 @@ impl Report {
 
 /// Validates files and folders (folders recursively: `*.yaml`, `*.yml`, `*.json`).
 pub fn validate_paths(paths: &[PathBuf], mesh: MeshConfig, cluster_domain: &str) -> Result<Report> {
-    let mut files = Vec::new();
-    for p in paths {
-        collect(p, &mut files).with_context(|| format!("cannot read {}", p.display()))?;
-    }
     let mut report = Report::default();
+    // (label, where to read it)
+    let mut files: Vec<(PathBuf, PathBuf)> = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let listing = scan::list(p, &BTreeSet::new());
+            files.extend(listing.files.into_iter().map(|f| (f.key, f.read_path)));
+            report.skipped.extend(listing.skipped);
+        } else {
+            // Named explicitly: read it whatever its extension, and fail if it is missing.
+            std::fs::metadata(p).with_context(|| format!("cannot read {}", p.display()))?;
+            files.push((p.clone(), p.clone()));
+        }
+    }
     let mut objects: Vec<MeshObject> = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(&file)
-            .with_context(|| format!("cannot read {}", file.display()))?;
+    for (file, read_path) in files {
+        let text = match std::fs::read(&read_path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| String::from_utf8(b).map_err(|e| format!("not UTF-8 text: {e}")))
+        {
+            Ok(text) => text,
+            Err(message) => {
+                report.source_errors.push(SourceError {
+                    file,
+                    document: None,
+                    object: None,
+                    message: format!("cannot read: {message}"),
+                });
+                continue;
+            }
+        };
         let parsed = parse_text(&file, &text);
         report.source_errors.extend(parsed.errors);
         report.unsupported.extend(
@@ -102,35 +132,15 @@ pub fn validate_paths(paths: &[PathBuf], mesh: MeshConfig, cluster_domain: &str)
     Ok(report)
 }
 
-fn collect(path: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    if path.is_dir() {
-        let mut entries: Vec<_> = std::fs::read_dir(path)?.collect::<Result<_, _>>()?;
-        entries.sort_by_key(|e| e.path());
-        for e in entries {
-            let p = e.path();
-            let name = e.file_name().to_string_lossy().to_string();
-            if name.starts_with('.') {
-                continue;
-            }
-            if p.is_dir() || [".yaml", ".yml", ".json"].iter().any(|x| name.ends_with(x)) {
-                collect(&p, out)?;
-            }
-        }
-        Ok(())
-    } else {
-        // Named explicitly: read it whatever its extension, and fail if it is missing.
-        std::fs::metadata(path)?;
-        out.push(path.to_path_buf());
-        Ok(())
-    }
-}
-
 /// Prints the report; returns the process exit code.
 pub fn print(report: &Report, format: OutputFormat, out: &mut impl Write) -> Result<i32> {
     match format {
         OutputFormat::Text => {
             for e in &report.source_errors {
                 writeln!(out, "error: {e}")?;
+            }
+            for (path, reason) in &report.skipped {
+                writeln!(out, "warning: {}: skipped: {reason}", path.display())?;
             }
             for (file, i) in &report.unsupported {
                 writeln!(
@@ -177,6 +187,13 @@ pub fn print(report: &Report, format: OutputFormat, out: &mut impl Write) -> Res
                     })
                 })
                 .collect();
+            items.extend(report.skipped.iter().map(|(path, reason)| {
+                json!({
+                    "severity": "warning",
+                    "file": path,
+                    "message": format!("skipped: {reason}"),
+                })
+            }));
             items.extend(report.unsupported.iter().map(|(file, i)| {
                 json!({
                     "severity": "warning",

@@ -219,6 +219,32 @@ impl XdsServer {
         Self::start(name, &args)
     }
 
+    /// Standalone mode as an unprivileged user, as the chart runs it: when the tests run as
+    /// root, through `setpriv` as uid/gid 65534 (`nobody`), so that file permissions apply;
+    /// otherwise as the tests' own user. `config_dir` must be readable by that user.
+    pub fn standalone_unprivileged(name: &str, config_dir: &Path) -> Result<Self, ProcessError> {
+        use std::os::unix::fs::MetadataExt;
+        let args = ["--config-dir".to_string(), config_dir.display().to_string()];
+        let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+        let wrapper: Vec<String> = if root {
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+            ]
+            .map(String::from)
+            .into()
+        } else {
+            Vec::new()
+        };
+        let mut process = Self::spawn_wrapped(name, &wrapper, &args, &[])?;
+        process
+            .process
+            .wait_http_ok(process.admin, "/readyz", Duration::from_secs(60))?;
+        Ok(process)
+    }
+
     /// Standalone mode with the secure port on as well (TLS, authenticated ADS, Istio's
     /// CA) on a free port, signing with the CA in `ca_dir` (Istio's file layout), serving
     /// as [`crate::secure::SERVER_NAME`] and reviewing tokens with the API server of
@@ -293,6 +319,17 @@ impl XdsServer {
         source: &[String],
         envs: &[(&str, &str)],
     ) -> Result<Self, ProcessError> {
+        Self::spawn_wrapped(name, &[], source, envs)
+    }
+
+    /// Spawns `pilotfish-xds`, through `wrapper` (a command and its arguments, e.g.
+    /// `setpriv ...`) when it is not empty.
+    fn spawn_wrapped(
+        name: &str,
+        wrapper: &[String],
+        source: &[String],
+        envs: &[(&str, &str)],
+    ) -> Result<Self, ProcessError> {
         let xds: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let mut args = vec![
@@ -304,7 +341,16 @@ impl XdsServer {
             name.to_string(),
         ];
         args.extend(source.iter().cloned());
-        let process = ChildProcess::spawn(name, &binary("pilotfish-xds")?, &args, envs)?;
+        let binary = binary("pilotfish-xds")?;
+        let process = match wrapper.split_first() {
+            None => ChildProcess::spawn(name, &binary, &args, envs)?,
+            Some((program, wrapper_args)) => {
+                let mut all = wrapper_args.to_vec();
+                all.push(binary.display().to_string());
+                all.extend(args);
+                ChildProcess::spawn(name, Path::new(program), &all, envs)?
+            }
+        };
         Ok(XdsServer {
             process,
             xds,

@@ -75,6 +75,38 @@ fn parse_errors_are_reported_with_file_and_document() {
     assert!(out.contains("spec.subsets[0].labels"), "{out}");
 }
 
+/// A folder as found on a mounted volume: entries the folder source skips (a folder it
+/// cannot list, a link that loops, a FIFO named `*.yaml`) are warnings naming the entry;
+/// a file that cannot be read is an error; the rest is checked all the same.
+#[test]
+fn unusable_entries_of_a_folder_are_reported_and_the_rest_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::write(
+        root.join("svc.yaml"),
+        "apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec: {ports: [{name: http, port: 80}]}\n",
+    )
+    .unwrap();
+    std::fs::create_dir(root.join("sub")).unwrap();
+    std::os::unix::fs::symlink("..", root.join("sub/up")).unwrap();
+    std::os::unix::fs::symlink("loop.yaml", root.join("loop.yaml")).unwrap();
+    let fifo = Command::new("mkfifo").arg(root.join("pipe.yaml")).status();
+    assert!(fifo.is_ok_and(|s| s.success()));
+    std::fs::write(root.join("binary.yaml"), [0xff, 0xfe, 0x00]).unwrap();
+    let (code, out) = validate(&["-f", root.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    for expected in [
+        "warning: ",
+        "loop.yaml: skipped: ",
+        "pipe.yaml: skipped: not a regular file",
+        "sub/up: skipped: a link back to a folder already read (a loop)",
+        "binary.yaml: cannot read: not UTF-8 text",
+        "1 object(s) checked: 1 error(s), 3 warning(s)",
+    ] {
+        assert!(out.contains(expected), "{expected:?} missing in:\n{out}");
+    }
+}
+
 /// A field Pilotfish does not know (a newer Istio's, or a typo) is a warning naming it;
 /// the object is validated and used all the same.
 #[test]

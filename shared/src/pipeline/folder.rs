@@ -6,7 +6,10 @@
 //! Redis lost its counter — which fences any earlier writer of the same prefix. Before the
 //! first build it reads back what is published ([`super::seed`]), so an object that is
 //! invalid when the loop (re)starts keeps its last good version, as in the Kubernetes
-//! mode.
+//! mode. Nothing in the folder stops the loop: what cannot be read is reported and keeps
+//! its last content ([`crate::source`]); what is still changing is rescanned when the
+//! source asks, and the first build waits until the folder was read whole (or, for files
+//! that never stop changing, [`FIRST_BUILD_PATIENCE`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -20,18 +23,12 @@ use super::seed::{Seed, SeedEvent};
 use super::{Built, Pipeline, metrics};
 use crate::bus::{BusError, EpochGrant, PublishOutcome, SnapshotRef, wall_clock_epoch_floor};
 use crate::retry::{Backoff, Retry, sleep_until_opt};
-use crate::source::DirSource;
+use crate::source::{DirSource, FolderWatch};
 use pilotfish_mesh::push_context::BuildInputs;
 
 /// Why the folder loop stopped (it runs until then).
 #[derive(Debug, thiserror::Error)]
 pub enum FolderError {
-    #[error("cannot read {dir}: {source}")]
-    Read {
-        dir: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
     #[error("cannot watch {dir}: {source}")]
     Watch {
         dir: PathBuf,
@@ -75,6 +72,10 @@ pub struct FolderLoop {
     pub resync_every: Duration,
 }
 
+/// The longest the first build waits for files that keep changing (it always waits for
+/// the folder itself to be listable: a build of nothing would publish an empty mesh).
+pub const FIRST_BUILD_PATIENCE: Duration = Duration::from_secs(30);
+
 /// Retries after a failed publish or epoch, from 200 ms up to 10 s.
 const RETRY: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
 
@@ -101,8 +102,8 @@ impl FolderLoop {
             }
         }
         let mut source = DirSource::new(&self.dir);
-        let (_watcher, mut events) =
-            crate::source::watch_dir(&self.dir).map_err(|source| FolderError::Watch {
+        let (mut watch, mut events) =
+            FolderWatch::new(&self.dir).map_err(|source| FolderError::Watch {
                 dir: self.dir.clone(),
                 source,
             })?;
@@ -114,6 +115,12 @@ impl FolderLoop {
         let mut publish = Retry::new(RETRY);
         let mut resync = tokio::time::interval(self.resync_every);
         resync.tick().await;
+        // A rescan the source asked for (files still changing).
+        let mut rescan_at: Option<Instant> = None;
+        let started = Instant::now();
+        // The first build waits until the folder was read whole once.
+        let mut read_whole = false;
+        let mut unbuilt_change = false;
         loop {
             let due = debounce.deadline().map(Instant::from_std);
             tokio::select! {
@@ -124,12 +131,31 @@ impl FolderLoop {
                     debounce.event(std::time::Instant::now(), ChangeClass::Config);
                 }
                 _ = resync.tick() => debounce.event(std::time::Instant::now(), ChangeClass::Config),
+                _ = sleep_until_opt(rescan_at) => {
+                    rescan_at = None;
+                    debounce.event(std::time::Instant::now(), ChangeClass::Config);
+                }
                 _ = sleep_until_opt(due) => {
                     let Some(burst) = debounce.take_if_due(std::time::Instant::now()) else { continue };
                     metrics::DEBOUNCE_MERGED.inc_by(burst.events.saturating_sub(1));
-                    let report = source.rescan().map_err(|source| FolderError::Read { dir: self.dir.clone(), source })?;
+                    let report = source.rescan();
                     report.log();
-                    if report.changed || pipeline.previous().is_none() {
+                    watch.follow(source.folders());
+                    if let Some(after) = report.retry_after {
+                        rescan_at = Some(Instant::now() + after);
+                    }
+                    // Changes wait with the build they belong to.
+                    unbuilt_change |= report.changed;
+                    if !read_whole && report.pending > 0 {
+                        let root_unlisted = source.skipped().iter().any(|s| s.path.as_os_str().is_empty());
+                        if root_unlisted || started.elapsed() < FIRST_BUILD_PATIENCE {
+                            continue;
+                        }
+                        tracing::warn!(pending = report.pending, "files of the config folder keep changing; building without their current content");
+                    }
+                    read_whole = true;
+                    if unbuilt_change || pipeline.previous().is_none() {
+                        unbuilt_change = false;
                         pending = Some(pipeline.build(source.inputs(self.base.clone()), false).await);
                         publish.reset();
                         publish.schedule_at(Instant::now());

@@ -1,5 +1,6 @@
 //! Prometheus metrics of the folder source, in the default registry: how many files it
-//! read (a quiet folder reads none) and how many objects of each kind it ignores.
+//! read (a quiet folder reads none), put off while they were changing, or skipped, and how
+//! many objects of each kind it ignores.
 
 use std::sync::LazyLock;
 
@@ -39,6 +40,25 @@ pub static INVALID_DOCUMENTS: LazyLock<prometheus::IntGauge> = LazyLock::new(|| 
     .expect("register pilotfish_source_invalid_documents")
 });
 
+/// Reads put off because the file changed within the settle window or during the read.
+pub static DEFERRED_READS: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "pilotfish_source_deferred_reads_total",
+        "Times the folder source put off reading a file because it was changing (modified within the settle window, or during the read); the file is read once settled."
+    )
+    .expect("register pilotfish_source_deferred_reads_total")
+});
+
+/// Entries of the folder skipped by the last scan (unreadable folders, looping links,
+/// FIFOs, links to nothing).
+pub static SKIPPED_PATHS: LazyLock<prometheus::IntGauge> = LazyLock::new(|| {
+    prometheus::register_int_gauge!(
+        "pilotfish_source_skipped_paths",
+        "Entries of the config folder the last scan skipped: folders it cannot list, links that loop or lead nowhere, files that are not regular files."
+    )
+    .expect("register pilotfish_source_skipped_paths")
+});
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,11 +68,15 @@ mod tests {
         FILE_READS.inc_by(0);
         IGNORED_OBJECTS.with_label_values(&["test/v1/Thing"]).set(0);
         INVALID_DOCUMENTS.set(INVALID_DOCUMENTS.get());
+        DEFERRED_READS.inc_by(0);
+        SKIPPED_PATHS.set(SKIPPED_PATHS.get());
         let text = crate::telemetry::render_metrics();
         for name in [
             "pilotfish_source_file_reads_total",
             "pilotfish_source_ignored_objects",
             "pilotfish_source_invalid_documents",
+            "pilotfish_source_deferred_reads_total",
+            "pilotfish_source_skipped_paths",
         ] {
             assert!(text.contains(name), "{name} missing");
         }

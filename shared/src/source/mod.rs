@@ -1,11 +1,23 @@
 //! A folder of Kubernetes-style YAML files as a mesh source (standalone mode and the
-//! controller's `--config-dir` mode). Parsing is `pilotfish_mesh::document`; this module
-//! keeps what was read, decides what to re-read, and reports each problem once.
+//! controller's `--config-dir` mode). Parsing is `pilotfish_mesh::document`; listing is
+//! [`scan`], reading a file whole is `read`; this module keeps what was read, decides
+//! what to re-read, and reports each problem once.
 //!
 //! - Each document stands alone. A document that does not parse is reported with the file,
 //!   its index and the reason; the object it described keeps its last good version if it
 //!   had one, and the file's other documents are used as they are now. Only a file that
 //!   cannot be read or is not valid YAML as a whole keeps its last good content entirely.
+//! - A file is read only once it has settled: unchanged for [`SETTLE`] and the same file
+//!   (inode, size, times) before, during and after the read. Until then its last content
+//!   stays in use and the report asks for a rescan ([`RescanReport::retry_after`]), so a
+//!   file caught between two halves of a write is never used.
+//! - A ConfigMap-style volume (`..data` link) is taken in whole, one version at a time, with
+//!   no settle window (kubelet writes a version whole before naming it): if
+//!   `..data` moved during the scan, or a file of it was not settled, none of it is taken
+//!   and it is retried.
+//! - Entries that cannot be used (a folder that cannot be listed, a looping link, a FIFO)
+//!   are skipped and reported once (log, `pilotfish_source_skipped_paths`); what was read
+//!   from them before stays in use. Nothing in the folder can end the scan.
 //! - Documents of kinds Pilotfish does not read are skipped; each such kind is reported
 //!   once (log, and `pilotfish_source_ignored_objects{kind}`), the Istio kinds it does not
 //!   support yet (Gateway, Sidecar, AuthorizationPolicy, ...) as warnings.
@@ -14,11 +26,13 @@
 //! - A removed file removes its objects.
 
 pub mod metrics;
+mod read;
+pub mod scan;
 pub mod watch;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
 
 use sha2::{Digest, Sha256};
 
@@ -27,36 +41,18 @@ use pilotfish_mesh::document::{
 };
 use pilotfish_mesh::push_context::BuildInputs;
 
-pub use watch::watch_dir;
+pub use read::MAX_FILE_BYTES;
+use read::{FileStamp, FirstSeen, ReadOutcome, read_settled};
+pub use watch::FolderWatch;
 
-/// What identifies a file's content without reading it: size, modification and change
-/// times, and (on Unix) the inode, which a rename-into-place (editors, ConfigMap volume
-/// swaps) changes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct FileStamp {
-    len: u64,
-    modified: Option<std::time::SystemTime>,
-    changed: (i64, i64),
-    inode: (u64, u64),
-}
+/// How long a file must stay unchanged before it is read. A writer that pauses between two
+/// parts of a file for less than this is never read half-way; edits reach the mesh this
+/// much later.
+pub const SETTLE: Duration = Duration::from_secs(1);
 
-impl FileStamp {
-    fn of(meta: &std::fs::Metadata) -> Self {
-        #[cfg(unix)]
-        let (changed, inode) = {
-            use std::os::unix::fs::MetadataExt;
-            ((meta.ctime(), meta.ctime_nsec()), (meta.dev(), meta.ino()))
-        };
-        #[cfg(not(unix))]
-        let (changed, inode) = ((0, 0), (0, 0));
-        FileStamp {
-            len: meta.len(),
-            modified: meta.modified().ok(),
-            changed,
-            inode,
-        }
-    }
-}
+/// How soon a ConfigMap-style volume caught mid-swap is looked at again (kubelet finishes
+/// a swap in moments).
+const SWAP_RETRY: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Default)]
 struct FileState {
@@ -90,6 +86,14 @@ pub struct IgnoredKind {
     pub not_supported_yet: bool,
 }
 
+/// An entry of the folder left out, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    /// Relative to the folder.
+    pub path: PathBuf,
+    pub reason: String,
+}
+
 /// What a rescan found.
 #[derive(Debug, Default, PartialEq)]
 pub struct RescanReport {
@@ -99,12 +103,21 @@ pub struct RescanReport {
     pub new_errors: Vec<NewError>,
     /// Kinds seen for the first time that Pilotfish does not read (reported once).
     pub new_ignored_kinds: Vec<IgnoredKind>,
-    /// Files read from disk in this scan (those whose stamp changed).
+    /// Entries skipped for the first time (or for a new reason).
+    pub new_skipped: Vec<Skipped>,
+    /// Files read from disk in this scan (those whose stamp changed and that settled).
     pub files_read: usize,
+    /// Files (and ConfigMap-style volumes, and the folder itself) whose current content
+    /// could not be taken in yet: changing, mid-swap, or not listable. Their last content
+    /// stays in use.
+    pub pending: usize,
+    /// When to scan again for what is pending.
+    pub retry_after: Option<Duration>,
 }
 
 impl RescanReport {
-    /// Logs what is new: each error with what stays in use, each ignored kind once.
+    /// Logs what is new: each error with what stays in use, each skipped entry and each
+    /// ignored kind once.
     pub fn log(&self) {
         for e in &self.new_errors {
             if e.last_good_kept {
@@ -113,6 +126,9 @@ impl RescanReport {
                 tracing::warn!("{} (left out: there is no earlier good version)", e.error);
             }
         }
+        for s in &self.new_skipped {
+            tracing::warn!(path = %s.path.display(), reason = %s.reason, "skipping an entry of the config folder (what was read from it before stays in use)");
+        }
         for k in &self.new_ignored_kinds {
             if k.not_supported_yet {
                 tracing::warn!(kind = %k.kind, "objects of this kind are not supported by Pilotfish yet: ignored");
@@ -120,24 +136,55 @@ impl RescanReport {
                 tracing::info!(kind = %k.kind, "ignoring objects of a kind Pilotfish does not read");
             }
         }
+        if self.pending > 0 {
+            tracing::debug!(
+                pending = self.pending,
+                "parts of the config folder are changing; they are read once settled"
+            );
+        }
+    }
+
+    fn retry_within(&mut self, delay: Duration) {
+        self.pending += 1;
+        self.retry_after = Some(self.retry_after.map_or(delay, |d| d.min(delay)));
     }
 }
 
 /// A folder of Kubernetes-style YAML files (`*.yaml`, `*.yml`, `*.json`, recursively;
-/// hidden files and folders, such as editor swap files, are skipped).
+/// hidden files and folders, such as editor swap files, are skipped; see [`scan`]).
 #[derive(Debug)]
 pub struct DirSource {
     root: PathBuf,
     files: BTreeMap<PathBuf, FileState>,
     seen_ignored_kinds: BTreeSet<String>,
+    settle: Duration,
+    /// Files waiting to settle: the stamp they had when this process first saw it.
+    first_seen: BTreeMap<PathBuf, FirstSeen>,
+    /// Entries skipped by the last scan, with the reason.
+    skipped: BTreeMap<PathBuf, String>,
+    /// Folders the last scan listed (where they were read), to be watched.
+    folders: BTreeSet<PathBuf>,
+    /// Folders whose listing fails as if unreadable (tests run as root).
+    fail_listing: BTreeSet<PathBuf>,
 }
 
 impl DirSource {
     pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self::with_settle(root, SETTLE)
+    }
+
+    /// A source that reads files once unchanged for `settle` (tests use short windows).
+    pub fn with_settle(root: impl Into<PathBuf>, settle: Duration) -> Self {
+        let root_path: PathBuf = root.into();
         DirSource {
-            root: root.into(),
+            root: root_path.clone(),
             files: BTreeMap::new(),
             seen_ignored_kinds: BTreeSet::new(),
+            settle,
+            first_seen: BTreeMap::new(),
+            skipped: BTreeMap::new(),
+            folders: BTreeSet::from([root_path.clone()]),
+            fail_listing: BTreeSet::new(),
         }
     }
 
@@ -145,63 +192,149 @@ impl DirSource {
         &self.root
     }
 
-    /// Re-reads the folder (only files whose stamp changed). Fails only when the folder
-    /// itself cannot be listed.
-    pub fn rescan(&mut self) -> io::Result<RescanReport> {
-        let mut paths = Vec::new();
-        collect_files(&self.root, &mut paths)?;
-        paths.sort();
+    /// Re-reads the folder (only files whose stamp changed, once they settled). Never
+    /// fails: what cannot be read is reported and keeps its last content.
+    pub fn rescan(&mut self) -> RescanReport {
+        let listing = scan::list(&self.root, &self.fail_listing);
         let mut report = RescanReport::default();
-        let present: BTreeSet<&PathBuf> = paths.iter().collect();
+        for (path, reason) in &listing.skipped {
+            if self.skipped.get(path) != Some(reason) {
+                report.new_skipped.push(Skipped {
+                    path: self.relative(path),
+                    reason: reason.clone(),
+                });
+            }
+        }
+        self.skipped = listing.skipped.clone();
+        self.folders = listing.folders.iter().cloned().collect();
+        self.folders.insert(self.root.clone());
+        if listing.unknown.contains(&self.root) {
+            report.retry_within(self.settle);
+        }
+
+        let now = SystemTime::now();
+        let outcomes: Vec<(&scan::Listed, ReadOutcome)> = listing
+            .files
+            .iter()
+            .map(|f| {
+                let previous = self.files.get(&f.key).and_then(|s| s.stamp);
+                let first_seen = self.first_seen.get(&f.key).copied();
+                // kubelet writes a ConfigMap version whole before `..data` names it, so a
+                // file of the current version needs no settle window (the swap checks
+                // below catch a version replaced mid-scan); loose files do.
+                let settle = if f.swap.is_some() {
+                    Duration::ZERO
+                } else {
+                    self.settle
+                };
+                let outcome = read_settled(&f.read_path, previous, first_seen, settle, now);
+                (f, outcome)
+            })
+            .collect();
+
+        // A ConfigMap-style volume is taken whole or not at all.
+        let mut swap_usable: Vec<bool> = listing
+            .swaps
+            .iter()
+            .map(|s| !s.broken && s.still_current())
+            .collect();
+        for (f, outcome) in &outcomes {
+            if let (Some(i), ReadOutcome::Unsettled { .. } | ReadOutcome::Gone) = (f.swap, outcome)
+            {
+                swap_usable[i] = false;
+            }
+        }
+        let held: Vec<&Path> = listing
+            .swaps
+            .iter()
+            .zip(&swap_usable)
+            .filter(|(_, usable)| !**usable)
+            .map(|(s, _)| s.key.as_path())
+            .collect();
+        for _ in &held {
+            report.retry_within(SWAP_RETRY.min(self.settle));
+        }
+
+        let present: BTreeSet<&PathBuf> = outcomes
+            .iter()
+            .filter(|(_, o)| !matches!(o, ReadOutcome::Gone))
+            .map(|(f, _)| &f.key)
+            .collect();
         let before = self.files.len();
-        self.files.retain(|p, _| present.contains(p));
+        self.files.retain(|p, _| {
+            present.contains(p) || listing.keeps(p) || held.iter().any(|h| p.starts_with(h))
+        });
         if self.files.len() != before {
             report.changed = true;
         }
-        for path in &paths {
-            self.rescan_file(path, &mut report);
+        self.first_seen.retain(|p, _| present.contains(p));
+
+        for (f, outcome) in outcomes {
+            let usable = f.swap.is_none_or(|i| swap_usable[i]);
+            match outcome {
+                ReadOutcome::Unchanged => {
+                    self.first_seen.remove(&f.key);
+                }
+                ReadOutcome::Gone => {}
+                ReadOutcome::Unsettled { stamp, retry_after } => {
+                    metrics::DEFERRED_READS.inc();
+                    if self.first_seen.get(&f.key).is_none_or(|s| s.stamp != stamp) {
+                        let at = Instant::now();
+                        self.first_seen
+                            .insert(f.key.clone(), FirstSeen { stamp, at });
+                    }
+                    report.retry_within(retry_after);
+                }
+                ReadOutcome::Failed(message) => {
+                    self.read_failed(&f.key, message, &mut report);
+                }
+                ReadOutcome::Read { .. } if !usable => {}
+                ReadOutcome::Read { stamp, bytes } => {
+                    self.first_seen.remove(&f.key);
+                    self.take_content(&f.key, stamp, &bytes, &mut report);
+                }
+            }
         }
         self.update_metrics();
-        Ok(report)
+        report
     }
 
-    fn rescan_file(&mut self, path: &Path, report: &mut RescanReport) {
-        let label = self.relative(path);
-        let stamp = std::fs::metadata(path).ok().map(|m| FileStamp::of(&m));
-        if stamp.is_some() && self.files.get(path).is_some_and(|s| s.stamp == stamp) {
-            return;
-        }
-        let bytes = match std::fs::read(path) {
-            Ok(b) => b,
-            // Vanished between listing and reading: the next scan removes it.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return,
-            Err(e) => {
-                let err = SourceError {
-                    file: label,
-                    document: None,
-                    object: None,
-                    message: format!("cannot read: {e}"),
-                };
-                let state = self.files.entry(path.to_path_buf()).or_default();
-                if state.errors != [err.clone()] {
-                    report.new_errors.push(NewError {
-                        error: err.clone(),
-                        last_good_kept: !state.good.is_empty(),
-                    });
-                    state.errors = vec![err];
-                }
-                return;
-            }
+    /// A file that exists but cannot be read: reported once; its last good content stays.
+    fn read_failed(&mut self, key: &Path, message: String, report: &mut RescanReport) {
+        let err = SourceError {
+            file: self.relative(key),
+            document: None,
+            object: None,
+            message: format!("cannot read: {message}"),
         };
+        let state = self.files.entry(key.to_path_buf()).or_default();
+        if state.errors != [err.clone()] {
+            report.new_errors.push(NewError {
+                error: err.clone(),
+                last_good_kept: !state.good.is_empty(),
+            });
+            state.errors = vec![err];
+        }
+    }
+
+    /// Takes in a file's content, read whole.
+    fn take_content(
+        &mut self,
+        key: &Path,
+        stamp: FileStamp,
+        bytes: &[u8],
+        report: &mut RescanReport,
+    ) {
+        let label = self.relative(key);
         report.files_read += 1;
         metrics::FILE_READS.inc();
-        let hash: [u8; 32] = Sha256::digest(&bytes).into();
-        let state = self.files.entry(path.to_path_buf()).or_default();
-        if state.stamp.is_some() && state.content_hash == hash {
-            state.stamp = stamp;
+        let hash: [u8; 32] = Sha256::digest(bytes).into();
+        let state = self.files.entry(key.to_path_buf()).or_default();
+        if state.stamp.is_some() && state.content_hash == hash && state.errors.is_empty() {
+            state.stamp = Some(stamp);
             return;
         }
-        let parsed = match std::str::from_utf8(&bytes) {
+        let parsed = match std::str::from_utf8(bytes) {
             Ok(text) => parse_text(&label, text),
             Err(e) => ParsedFile {
                 errors: vec![SourceError {
@@ -213,7 +346,7 @@ impl DirSource {
                 ..Default::default()
             },
         };
-        state.stamp = stamp;
+        state.stamp = Some(stamp);
         state.content_hash = hash;
         apply_parsed(state, parsed, report);
         for ignored in &state.ignored {
@@ -224,6 +357,22 @@ impl DirSource {
                 });
             }
         }
+    }
+
+    /// Entries the last scan skipped, relative to the folder, with the reason.
+    pub fn skipped(&self) -> Vec<Skipped> {
+        self.skipped
+            .iter()
+            .map(|(p, reason)| Skipped {
+                path: self.relative(p),
+                reason: reason.clone(),
+            })
+            .collect()
+    }
+
+    /// The folders the last scan listed (the root always among them): what to watch.
+    pub fn folders(&self) -> &BTreeSet<PathBuf> {
+        &self.folders
     }
 
     /// Current problems, file by file (broken documents serve their last good version).
@@ -262,6 +411,7 @@ impl DirSource {
             metrics::IGNORED_OBJECTS.with_label_values(&[kind]).set(n);
         }
         metrics::INVALID_DOCUMENTS.set(self.errors().len() as i64);
+        metrics::SKIPPED_PATHS.set(self.skipped.len() as i64);
     }
 
     fn relative(&self, path: &Path) -> PathBuf {
@@ -322,31 +472,6 @@ fn apply_parsed(state: &mut FileState, parsed: ParsedFile, report: &mut RescanRe
     }
 }
 
-fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with('.') {
-            continue;
-        }
-        let path = entry.path();
-        // `metadata` follows symlinks, as ConfigMap volumes need (`..data` links).
-        let Ok(meta) = std::fs::metadata(&path) else {
-            continue;
-        };
-        if meta.is_dir() {
-            collect_files(&path, out)?;
-        } else if [".yaml", ".yml", ".json"]
-            .iter()
-            .any(|ext| name.ends_with(ext))
-        {
-            out.push(path);
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,16 +492,16 @@ mod tests {
         let file = dir.path().join("svc.yaml");
         std::fs::write(&file, SVC).unwrap();
         std::fs::write(dir.path().join(".svc.yaml.swp"), "garbage: [").unwrap();
-        let mut src = DirSource::new(dir.path());
-        let r = src.rescan().unwrap();
+        let mut src = DirSource::with_settle(dir.path(), Duration::ZERO);
+        let r = src.rescan();
         assert!(r.changed && r.new_errors.is_empty());
         assert_eq!(src.objects().count(), 1);
 
         // Unchanged: nothing to do, nothing read.
-        assert_eq!(src.rescan().unwrap(), RescanReport::default());
+        assert_eq!(src.rescan(), RescanReport::default());
 
         replace(&file, "apiVersion: v1\nkind: Service\nmetadata: {name: a\n");
-        let r = src.rescan().unwrap();
+        let r = src.rescan();
         assert!(!r.changed);
         assert_eq!(r.files_read, 1);
         assert_eq!(r.new_errors.len(), 1);
@@ -386,7 +511,7 @@ mod tests {
         assert_eq!(src.errors().len(), 1);
 
         std::fs::remove_file(&file).unwrap();
-        let r = src.rescan().unwrap();
+        let r = src.rescan();
         assert!(r.changed);
         assert_eq!(src.objects().count(), 0);
         assert!(src.errors().is_empty());
@@ -396,8 +521,8 @@ mod tests {
     fn a_broken_file_at_first_load_keeps_nothing_and_says_so() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("bad.yaml"), "kind: [unclosed\n").unwrap();
-        let mut src = DirSource::new(dir.path());
-        let r = src.rescan().unwrap();
+        let mut src = DirSource::with_settle(dir.path(), Duration::ZERO);
+        let r = src.rescan();
         assert_eq!(r.new_errors.len(), 1);
         assert!(!r.new_errors[0].last_good_kept);
     }
@@ -416,8 +541,8 @@ mod tests {
             format!("{}---\n{}", svc("a"), VS.replace("WEIGHT", "100")),
         )
         .unwrap();
-        let mut src = DirSource::new(dir.path());
-        src.rescan().unwrap();
+        let mut src = DirSource::with_settle(dir.path(), Duration::ZERO);
+        src.rescan();
         assert_eq!(src.objects().count(), 2);
 
         // The VirtualService breaks (a weight that is not a number) and the Service is
@@ -426,7 +551,7 @@ mod tests {
             &file,
             &format!("{}---\n{}", svc("b"), VS.replace("WEIGHT", "lots")),
         );
-        let r = src.rescan().unwrap();
+        let r = src.rescan();
         assert!(r.changed);
         assert_eq!(r.new_errors.len(), 1);
         assert!(r.new_errors[0].last_good_kept);
@@ -454,9 +579,9 @@ mod tests {
             "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n---\napiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g}\nspec: {}\n",
         )
         .unwrap();
-        let mut src = DirSource::new(dir.path());
+        let mut src = DirSource::with_settle(dir.path(), Duration::ZERO);
         assert_eq!(
-            src.rescan().unwrap().new_ignored_kinds,
+            src.rescan().new_ignored_kinds,
             vec![
                 IgnoredKind {
                     kind: "apps/v1/Deployment".to_string(),
@@ -473,7 +598,135 @@ mod tests {
             "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: y}\nspec: {}\n",
         )
         .unwrap();
-        assert!(src.rescan().unwrap().new_ignored_kinds.is_empty());
+        assert!(src.rescan().new_ignored_kinds.is_empty());
         assert_eq!(src.ignored().count(), 3);
+    }
+
+    const SVC_B: &str = "apiVersion: v1\nkind: Service\nmetadata: {name: b}\nspec: {ports: [{name: http, port: 80}]}\n";
+
+    fn names(src: &DirSource) -> Vec<String> {
+        src.objects().map(|o| o.key().2).collect()
+    }
+
+    /// A file written in two parts with a pause between them: neither part alone is used;
+    /// the whole file is, once it stopped changing.
+    #[test]
+    fn a_file_is_read_only_once_it_stopped_changing() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let settle = Duration::from_millis(300);
+        let mut src = DirSource::with_settle(dir.path(), settle);
+        let path = dir.path().join("mesh.yaml");
+        let mut file = std::fs::File::create(&path).unwrap();
+        file.write_all(format!("{SVC}---\n").as_bytes()).unwrap();
+        let r = src.rescan();
+        assert_eq!((r.pending, r.files_read, r.changed), (1, 0, false));
+        let retry = r.retry_after.expect("a rescan is asked for");
+        assert!(retry <= settle, "{retry:?}");
+        assert!(names(&src).is_empty());
+        file.write_all(SVC_B.as_bytes()).unwrap();
+        drop(file);
+        assert_eq!(src.rescan().pending, 1);
+        std::thread::sleep(settle);
+        let r = src.rescan();
+        assert_eq!((r.pending, r.files_read, r.changed), (0, 1, true));
+        assert_eq!(r.retry_after, None);
+        assert_eq!(names(&src), ["a", "b"]);
+
+        // An edit in place: the old content stays in use until the new one settled.
+        std::fs::write(&path, SVC).unwrap();
+        assert_eq!(src.rescan().pending, 1);
+        assert_eq!(names(&src), ["a", "b"]);
+        std::thread::sleep(settle);
+        assert!(src.rescan().changed);
+        assert_eq!(names(&src), ["a"]);
+    }
+
+    /// A folder that cannot be listed (`lost+found` under a non-root uid) is skipped and
+    /// reported once; the rest is read; what was read from it before stays in use.
+    #[test]
+    fn an_unreadable_folder_is_skipped_and_reported_once() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("team")).unwrap();
+        std::fs::write(dir.path().join("team/b.yaml"), SVC_B).unwrap();
+        std::fs::write(dir.path().join("a.yaml"), SVC).unwrap();
+        let mut src = DirSource::with_settle(dir.path(), Duration::ZERO);
+        src.rescan();
+        assert_eq!(names(&src), ["a", "b"]);
+
+        src.fail_listing.insert(dir.path().join("team"));
+        let r = src.rescan();
+        assert_eq!(
+            r.new_skipped,
+            [Skipped {
+                path: "team".into(),
+                reason: "cannot list folder: permission denied".into()
+            }]
+        );
+        assert_eq!((r.changed, r.pending), (false, 0), "{r:?}");
+        assert_eq!(names(&src), ["a", "b"], "team/b.yaml keeps its content");
+        assert_eq!(src.skipped().len(), 1);
+        assert!(src.rescan().new_skipped.is_empty(), "reported once");
+
+        // Readable again: nothing skipped; removed: its objects go.
+        src.fail_listing.clear();
+        src.rescan();
+        assert!(src.skipped().is_empty());
+        std::fs::remove_dir_all(dir.path().join("team")).unwrap();
+        assert!(src.rescan().changed);
+        assert_eq!(names(&src), ["a"]);
+
+        // The folder itself unlistable: everything stays, and the scan is retried.
+        src.fail_listing.insert(dir.path().to_path_buf());
+        let r = src.rescan();
+        assert_eq!((r.changed, r.pending), (false, 1));
+        assert_eq!(names(&src), ["a"]);
+    }
+
+    /// kubelet's ConfigMap volume: `key -> ..data/key`, `..data -> ..<timestamp>`. A swap
+    /// is taken in whole; a version that cannot be read whole is not taken at all.
+    #[test]
+    fn a_configmap_swap_is_taken_whole() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let version = |name: &str, a: &str, b: &str| {
+            std::fs::create_dir(root.join(name)).unwrap();
+            std::fs::write(root.join(name).join("a.yaml"), a).unwrap();
+            std::fs::write(root.join(name).join("b.yaml"), b).unwrap();
+        };
+        let swap_to = |name: &str| {
+            symlink(name, root.join("..data_tmp")).unwrap();
+            std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+        };
+        version("..2026_11_25_06_00_00.1", SVC, SVC_B);
+        swap_to("..2026_11_25_06_00_00.1");
+        symlink("..data/a.yaml", root.join("a.yaml")).unwrap();
+        symlink("..data/b.yaml", root.join("b.yaml")).unwrap();
+        let mut src = DirSource::with_settle(root, Duration::ZERO);
+        let r = src.rescan();
+        assert_eq!((r.files_read, r.pending), (2, 0));
+        assert_eq!(names(&src), ["a", "b"]);
+        assert_eq!(src.errors(), []);
+
+        // Version 2 renames both Services; its folder cannot be listed at first (as if
+        // removed under the scan): nothing of it is taken, version 1 stays whole.
+        let v2 = "..2026_11_25_06_01_00.2";
+        version(
+            v2,
+            &SVC.replace("name: a", "name: a2"),
+            &SVC_B.replace("name: b", "name: b2"),
+        );
+        swap_to(v2);
+        std::fs::remove_dir_all(root.join("..2026_11_25_06_00_00.1")).unwrap();
+        src.fail_listing.insert(root.join(v2));
+        let r = src.rescan();
+        assert!(!r.changed && r.pending > 0, "{r:?}");
+        assert_eq!(names(&src), ["a", "b"]);
+        src.fail_listing.clear();
+        let r = src.rescan();
+        assert_eq!((r.changed, r.files_read, r.pending), (true, 2, 0));
+        assert_eq!(names(&src), ["a2", "b2"]);
+        assert_eq!(src.skipped(), []);
     }
 }
