@@ -249,6 +249,33 @@ pub fn check_selector_labels(f: &mut Findings, path: &str, labels: &BTreeMap<Str
     }
 }
 
+/// A workload selector (`matchLabels` at `path`) as Istio's schema and webhook judge it:
+/// the labels' rules ([`check_selector_labels`]), at most `max_labels` of them, values of
+/// at most 63 characters; none at all is a warning saying what the object then applies to.
+pub fn check_workload_selector(
+    f: &mut Findings,
+    path: &str,
+    labels: &BTreeMap<String, String>,
+    max_labels: usize,
+    applies_to_all: &str,
+) {
+    check_selector_labels(f, path, labels);
+    if labels.is_empty() {
+        f.warning(path, applies_to_all);
+    }
+    if labels.len() > max_labels {
+        f.error(path, format!("at most {max_labels} labels are allowed"));
+    }
+    for (k, v) in labels {
+        if v.len() > 63 {
+            f.error(
+                format!("{path}[{k}]"),
+                "a selector label value has at most 63 characters",
+            );
+        }
+    }
+}
+
 /// The annotations Istio refuses on every object: `istio.io/dry-run` (AuthorizationPolicy
 /// only), its internal "always reject" marker and the internal parent references.
 pub fn check_annotations(f: &mut Findings, annotations: Option<&BTreeMap<String, String>>) {

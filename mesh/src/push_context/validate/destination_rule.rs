@@ -80,28 +80,13 @@ pub fn validate_destination_rule(
         export_of,
     );
     if let Some(sel) = &spec.workload_selector {
-        let path = "spec.workloadSelector.matchLabels";
-        check_selector_labels(&mut f, path, &sel.match_labels);
-        if sel.match_labels.is_empty() {
-            f.warning(
-                path,
-                "the workload selector has no labels, so the rule applies to every workload of the namespace",
-            );
-        }
-        if sel.match_labels.len() > MAX_SELECTOR_LABELS {
-            f.error(
-                path,
-                format!("at most {MAX_SELECTOR_LABELS} labels are allowed"),
-            );
-        }
-        for (k, v) in &sel.match_labels {
-            if v.len() > 63 {
-                f.error(
-                    format!("{path}[{k}]"),
-                    "a selector label value has at most 63 characters",
-                );
-            }
-        }
+        check_workload_selector(
+            &mut f,
+            "spec.workloadSelector.matchLabels",
+            &sel.match_labels,
+            MAX_SELECTOR_LABELS,
+            "the workload selector has no labels, so the rule applies to every workload of the namespace",
+        );
     }
     let mut resolved = spec.clone();
     resolved.host = resolve_short_name(&spec.host, &namespace, cluster_domain);

@@ -47,28 +47,13 @@ pub fn validate_peer_authentication(pa: &PeerAuthentication) -> Validated<PeerAu
         }
     }
     if let Some(sel) = &spec.selector {
-        let path = "spec.selector.matchLabels";
-        check_selector_labels(&mut f, path, &sel.match_labels);
-        if sel.match_labels.is_empty() {
-            f.warning(
-                path,
-                "the selector has no labels, so the policy applies to the whole namespace (the mesh, in the root namespace)",
-            );
-        }
-        if sel.match_labels.len() > MAX_SELECTOR_LABELS {
-            f.error(
-                path,
-                format!("at most {MAX_SELECTOR_LABELS} labels are allowed"),
-            );
-        }
-        for (k, v) in &sel.match_labels {
-            if v.len() > 63 {
-                f.error(
-                    format!("{path}[{k}]"),
-                    "a selector label value has at most 63 characters",
-                );
-            }
-        }
+        check_workload_selector(
+            &mut f,
+            "spec.selector.matchLabels",
+            &sel.match_labels,
+            MAX_SELECTOR_LABELS,
+            "the selector has no labels, so the policy applies to the whole namespace (the mesh, in the root namespace)",
+        );
     }
     Validated::new(spec.clone(), f.list)
 }
