@@ -151,7 +151,7 @@ pub static STREAMS_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         Opts::new(
             "pilotfish_xds_streams_refused_total",
-            "New ADS streams refused, by reason (rate_limit, draining: UNAVAILABLE; unauthorized_node: PERMISSION_DENIED)."
+            "ADS streams refused or ended, by reason (rate_limit, draining: UNAVAILABLE; unauthorized_node: PERMISSION_DENIED; over_limit: INVALID_ARGUMENT)."
         ),
         &["reason"]
     )

@@ -437,6 +437,10 @@ impl<M: Machine> StreamIo<'_, M> {
         absorb(&events);
         drop(first);
         publish_status(&handle, &machine);
+        if let Some(status) = over_limit(&events) {
+            outbox.end(status);
+            return;
+        }
         let mut publisher_alive = true;
         // The body asked for a message and has not been given one yet.
         let mut wanted = false;
@@ -468,6 +472,10 @@ impl<M: Machine> StreamIo<'_, M> {
                         let events = machine.on_request(&request, SystemTime::now());
                         absorb(&events);
                         publish_status(&handle, &machine);
+                        if let Some(status) = over_limit(&events) {
+                            outbox.end(status);
+                            break;
+                        }
                     }
                     Ok(None) => break,
                     Err(status) => {
@@ -551,6 +559,16 @@ fn connection_ending() -> Status {
 }
 
 /// Turns a machine's events into metrics and logs.
+/// The status that ends a stream whose client went past a per-stream limit.
+fn over_limit(events: &[ProtocolEvent]) -> Option<Status> {
+    events.iter().find_map(|e| match e {
+        ProtocolEvent::OverLimit { reason } => Some(Status::invalid_argument(format!(
+            "this ADS stream went past a limit: {reason}"
+        ))),
+        _ => None,
+    })
+}
+
 fn absorb(events: &[ProtocolEvent]) {
     for event in events {
         match event {
@@ -568,6 +586,15 @@ fn absorb(events: &[ProtocolEvent]) {
             ProtocolEvent::StaleNonce { xds_type, nonce } => {
                 metrics::STALE_NONCES.inc();
                 debug!(%xds_type, nonce, "ignoring request with a stale nonce");
+            }
+            ProtocolEvent::OverLimit { reason } => {
+                metrics::STREAMS_REFUSED
+                    .with_label_values(&["over_limit"])
+                    .inc();
+                warn!(
+                    reason,
+                    "ending an ADS stream that went past a per-stream limit"
+                );
             }
             ProtocolEvent::UnknownType {
                 type_url,

@@ -374,10 +374,23 @@ pub enum ProtocolEvent {
         type_url: String,
         first_time: bool,
     },
+    /// The client went past a per-stream cap ([`MAX_UNKNOWN_TYPES`],
+    /// [`MAX_TYPE_URL_BYTES`]): the stream must end with `INVALID_ARGUMENT` and `reason`.
+    OverLimit {
+        reason: String,
+    },
 }
 
+/// Distinct type URLs a stream may ask for that the engine does not serve (Envoy asks for
+/// a few it may get elsewhere, e.g. secrets); each is kept for `/debug/adsz`, so a client
+/// inventing new ones ends its stream instead of growing it.
+pub const MAX_UNKNOWN_TYPES: usize = 16;
+/// Longest type URL accepted (the longest Envoy type URL is about 100 bytes).
+pub const MAX_TYPE_URL_BYTES: usize = 256;
+
 /// The served type of `type_url`; an unknown one is recorded in `unknown` and reported
-/// as an event (`first_time` once per stream), and the request is then ignored.
+/// as an event (`first_time` once per stream), and the request is then ignored — up to
+/// the per-stream caps, past which an [`ProtocolEvent::OverLimit`] ends the stream.
 pub(crate) fn served_type(
     type_url: &str,
     unknown: &mut BTreeSet<String>,
@@ -385,6 +398,23 @@ pub(crate) fn served_type(
 ) -> Option<XdsType> {
     let known = XdsType::from_type_url(type_url);
     if known.is_none() {
+        if type_url.len() > MAX_TYPE_URL_BYTES {
+            events.push(ProtocolEvent::OverLimit {
+                reason: format!(
+                    "a type URL of {} bytes (at most {MAX_TYPE_URL_BYTES})",
+                    type_url.len()
+                ),
+            });
+            return None;
+        }
+        if unknown.len() >= MAX_UNKNOWN_TYPES && !unknown.contains(type_url) {
+            events.push(ProtocolEvent::OverLimit {
+                reason: format!(
+                    "more than {MAX_UNKNOWN_TYPES} type URLs this server does not serve"
+                ),
+            });
+            return None;
+        }
         let first_time = unknown.insert(type_url.to_string());
         events.push(ProtocolEvent::UnknownType {
             type_url: type_url.to_string(),
@@ -564,5 +594,49 @@ mod tests {
         owe(&mut slot, Reply::Always);
         owe(&mut slot, Reply::IfChanged);
         assert_eq!(slot, Some(Reply::Always));
+    }
+
+    #[test]
+    fn unknown_type_urls_are_capped_per_stream() {
+        let mut unknown = BTreeSet::new();
+        let mut events = Vec::new();
+        for i in 0..MAX_UNKNOWN_TYPES {
+            assert_eq!(
+                served_type(&format!("t/{i}"), &mut unknown, &mut events),
+                None
+            );
+        }
+        // A known one again is fine, and so are the ones already seen.
+        assert_eq!(served_type("t/0", &mut unknown, &mut events), None);
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e, ProtocolEvent::OverLimit { .. }))
+        );
+        let mut events = Vec::new();
+        assert_eq!(served_type("t/new", &mut unknown, &mut events), None);
+        assert!(matches!(
+            events.as_slice(),
+            [ProtocolEvent::OverLimit { .. }]
+        ));
+        assert_eq!(
+            unknown.len(),
+            MAX_UNKNOWN_TYPES,
+            "the one past the cap is not kept"
+        );
+
+        let mut fresh = BTreeSet::new();
+        let mut events = Vec::new();
+        let long = "x".repeat(MAX_TYPE_URL_BYTES + 1);
+        assert_eq!(served_type(&long, &mut fresh, &mut events), None);
+        assert!(matches!(
+            events.as_slice(),
+            [ProtocolEvent::OverLimit { .. }]
+        ));
+        assert!(fresh.is_empty());
+        // Served types are never limited.
+        let mut events = Vec::new();
+        assert!(served_type(XdsType::Cluster.type_url(), &mut unknown, &mut events).is_some());
+        assert!(events.is_empty());
     }
 }

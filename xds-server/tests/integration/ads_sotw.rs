@@ -311,6 +311,33 @@ async fn unknown_type_urls_are_ignored() {
     assert_eq!(status.unknown_type_urls, [secret]);
 }
 
+/// A client inventing type URLs cannot grow its stream: past the cap of unknown ones the
+/// stream ends with INVALID_ARGUMENT, and what the registry keeps stays bounded.
+#[tokio::test]
+async fn a_stream_asking_for_too_many_unknown_type_urls_is_ended() {
+    use pilotfish_xds::ads::MAX_UNKNOWN_TYPES;
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
+    let mut s = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");
+    assert_eq!(s.recv().await.type_url, CLUSTER_TYPE);
+    for i in 0..MAX_UNKNOWN_TYPES {
+        s.send(request(&format!("type.example.com/made.up.{i}"), &[], ""))
+            .await;
+    }
+    s.expect_silence().await;
+    let kept = server.registry.streams_of(NODE_ID)[0]
+        .unknown_type_urls
+        .len();
+    assert_eq!(kept, MAX_UNKNOWN_TYPES);
+    s.send(request("type.example.com/one.more", &[], "")).await;
+    let end = tokio::time::timeout(PATIENCE, s.inbound.message())
+        .await
+        .expect("ended in time");
+    assert!(
+        matches!(end, Err(ref status) if status.code() == Code::InvalidArgument),
+        "{end:?}"
+    );
+}
+
 #[tokio::test]
 async fn versions_are_identical_on_every_replica_and_responses_name_theirs() {
     let a = TestServer::start("replica-a", Some(MapSnapshot::sample(1))).await;
