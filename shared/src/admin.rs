@@ -27,6 +27,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::telemetry::registered;
+
 /// Open connections at most: Prometheus, the kubelet's probes and a person with `kubectl
 /// port-forward` need a handful.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -50,30 +52,26 @@ pub struct AdminArgs {
 }
 
 static DEBUG_REFUSED: LazyLock<IntCounter> = LazyLock::new(|| {
-    let counter = IntCounter::new(
-        "pilotfish_admin_debug_refused_total",
-        "Requests for /debug/* refused because the peer is not on loopback (see --expose-debug-pages).",
+    registered(
+        IntCounter::new(
+            "pilotfish_admin_debug_refused_total",
+            "Requests for /debug/* refused because the peer is not on loopback (see --expose-debug-pages).",
+        )
+        .expect("static metric definition"),
     )
-    .expect("static metric definition");
-    if let Err(e) = prometheus::register(Box::new(counter.clone())) {
-        tracing::warn!(error = %e, "admin metric not registered");
-    }
-    counter
 });
 
 static BOUNDED: LazyLock<IntCounterVec> = LazyLock::new(|| {
-    let counter = IntCounterVec::new(
-        Opts::new(
-            "pilotfish_admin_limited_total",
-            "Admin connections closed at the connection cap and requests cut at the time limit.",
-        ),
-        &["limit"],
+    registered(
+        IntCounterVec::new(
+            Opts::new(
+                "pilotfish_admin_limited_total",
+                "Admin connections closed at the connection cap and requests cut at the time limit.",
+            ),
+            &["limit"],
+        )
+        .expect("static metric definition"),
     )
-    .expect("static metric definition");
-    if let Err(e) = prometheus::register(Box::new(counter.clone())) {
-        tracing::warn!(error = %e, "admin metric not registered");
-    }
-    counter
 });
 
 /// Whether a peer may read the debug pages.

@@ -46,3 +46,13 @@ pub fn render_metrics() -> String {
         .encode_to_string(&families)
         .unwrap_or_default()
 }
+
+/// Registers `metric` in the default registry. A name clash (another component registered
+/// the same name) is logged, and the metric still works, unexported: metrics must never
+/// take the process down.
+pub(crate) fn registered<C: prometheus::core::Collector + Clone + 'static>(metric: C) -> C {
+    if let Err(e) = prometheus::register(Box::new(metric.clone())) {
+        tracing::warn!(error = %e, "metric not registered");
+    }
+    metric
+}

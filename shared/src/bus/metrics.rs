@@ -19,21 +19,13 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
 use prometheus::core::{Collector, Desc};
+
+use crate::telemetry::registered;
 use prometheus::proto::MetricFamily;
 use prometheus::{
     Gauge, Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     exponential_buckets,
 };
-
-/// Registers `metric` in the default registry. A name clash (another component registered
-/// the same name) is logged, and the metric still works, unexported: metrics must never
-/// take the process down.
-fn registered<C: Collector + Clone + 'static>(metric: C) -> C {
-    if let Err(e) = prometheus::register(Box::new(metric.clone())) {
-        tracing::warn!(error = %e, "bus metric not registered");
-    }
-    metric
-}
 
 fn latency_buckets() -> Vec<f64> {
     // 1 ms … ~33 s.
