@@ -522,32 +522,25 @@ fn http_match(f: &mut Findings, path: &str, m: &HttpMatchRequest) {
 }
 
 fn headers(f: &mut Findings, path: &str, h: &Headers) {
-    if let Some(ops) = &h.request {
+    // A request header to add or set may set the authority (`host`/`:authority`);
+    // removals and response headers may touch neither Host nor a pseudo-header.
+    type NameRule = fn(&str) -> Result<(), String>;
+    let sides: [(&str, _, NameRule); 2] = [
+        ("request", &h.request, names::check_request_header_to_set),
+        ("response", &h.response, names::check_header_to_change),
+    ];
+    for (side, ops, set_rule) in sides {
+        let Some(ops) = ops else { continue };
         for (op, map) in [("add", &ops.add), ("set", &ops.set)] {
             for (name, value) in map {
-                let hp = format!("{path}.request.{op}[{name}]");
-                f.check(&hp, names::check_request_header_to_set(name));
+                let hp = format!("{path}.{side}.{op}[{name}]");
+                f.check(&hp, set_rule(name));
                 f.check(&hp, names::check_header_value(value));
             }
         }
         for name in &ops.remove {
             f.check(
-                format!("{path}.request.remove[{name}]"),
-                names::check_header_to_change(name),
-            );
-        }
-    }
-    if let Some(ops) = &h.response {
-        for (op, map) in [("add", &ops.add), ("set", &ops.set)] {
-            for (name, value) in map {
-                let hp = format!("{path}.response.{op}[{name}]");
-                f.check(&hp, names::check_header_to_change(name));
-                f.check(&hp, names::check_header_value(value));
-            }
-        }
-        for name in &ops.remove {
-            f.check(
-                format!("{path}.response.remove[{name}]"),
+                format!("{path}.{side}.remove[{name}]"),
                 names::check_header_to_change(name),
             );
         }
