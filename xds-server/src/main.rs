@@ -261,11 +261,6 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Ok::<(), anyhow::Error>(())
     });
 
-    let bind = |addr: SocketAddr| async move {
-        TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("cannot listen on {addr}"))
-    };
     // The ADS ports take a long accept backlog (ads::listen): a dead replica's proxies
     // arrive at once.
     let listen =
@@ -284,7 +279,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     if xds_listener.is_none() && secure_listener.is_none() {
         bail!("both ADS ports are off: give --xds-addr or --secure-xds-addr");
     }
-    let admin_listener = bind(cli.admin.admin_addr).await?;
+    let admin_addr = cli.admin.admin_addr;
+    let admin_listener = TcpListener::bind(admin_addr)
+        .await
+        .with_context(|| format!("cannot listen on {admin_addr}"))?;
     let local = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
     let (xds_at, secure_at) = (local(&xds_listener), local(&secure_listener));
     let admin_at = admin_listener.local_addr()?;
