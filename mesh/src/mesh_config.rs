@@ -31,6 +31,9 @@ pub struct MeshConfig {
     /// Cluster connect timeout when no DestinationRule sets one.
     pub connect_timeout: Duration,
     pub trust_domain: String,
+    /// `enableAutoMtls` (default true): sidecars originate Istio mutual TLS to endpoints
+    /// that carry a sidecar, without a DestinationRule saying so.
+    pub enable_auto_mtls: bool,
 }
 
 impl Default for MeshConfig {
@@ -43,6 +46,7 @@ impl Default for MeshConfig {
             default_destination_rule_export_to: Vec::new(),
             connect_timeout: Duration::from_secs(10),
             trust_domain: "cluster.local".to_string(),
+            enable_auto_mtls: true,
         }
     }
 }
@@ -63,7 +67,7 @@ pub struct LoadedMeshConfig {
     pub ignored_fields: Vec<String>,
 }
 
-const KNOWN_FIELDS: [&str; 7] = [
+const KNOWN_FIELDS: [&str; 8] = [
     "rootNamespace",
     "outboundTrafficPolicy",
     "defaultServiceExportTo",
@@ -71,6 +75,7 @@ const KNOWN_FIELDS: [&str; 7] = [
     "defaultDestinationRuleExportTo",
     "connectTimeout",
     "trustDomain",
+    "enableAutoMtls",
 ];
 
 impl MeshConfig {
@@ -149,6 +154,12 @@ impl MeshConfig {
         if let Some(v) = obj.get("trustDomain") {
             config.trust_domain = string_field("trustDomain", v)?;
         }
+        if let Some(v) = obj.get("enableAutoMtls") {
+            config.enable_auto_mtls = v.as_bool().ok_or_else(|| MeshConfigError::Field {
+                field: "enableAutoMtls".into(),
+                reason: format!("must be a boolean (got {v})"),
+            })?;
+        }
         let mut ignored_fields: Vec<String> = obj
             .keys()
             .filter(|k| !KNOWN_FIELDS.contains(&k.as_str()))
@@ -195,6 +206,11 @@ mod tests {
             OutboundTrafficPolicy::AllowAny
         );
         assert_eq!(loaded.config.connect_timeout, Duration::from_secs(10));
+        assert!(loaded.config.enable_auto_mtls);
+        let off = MeshConfig::from_yaml("enableAutoMtls: false").unwrap();
+        assert!(!off.config.enable_auto_mtls);
+        assert!(off.ignored_fields.is_empty());
+        assert!(MeshConfig::from_yaml("enableAutoMtls: \"no\"").is_err());
     }
 
     #[test]

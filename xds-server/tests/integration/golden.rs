@@ -69,6 +69,7 @@ const CASES: &[(&str, Option<&str>, &str)] = &[
     ("unready-endpoints", None, "client"),
     ("grpc-web", None, "client"),
     ("passthrough-target-port", None, "client"),
+    ("auto-mtls", None, "client"),
 ];
 
 const TYPES: [(XdsType, &str); 4] = [
