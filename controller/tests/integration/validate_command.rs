@@ -48,16 +48,23 @@ fn errors_print_object_field_and_file_and_exit_one() {
 
 #[test]
 fn warnings_alone_exit_zero_and_json_is_machine_readable() {
-    let file = corpus("warnings/istio-mutual.yaml");
+    let file = corpus("warnings/unreachable-route.yaml");
     let (code, out) = validate(&["-f", file.to_str().unwrap(), "-o", "json"]);
     assert_eq!(code, 0, "{out}");
     let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON output");
     assert_eq!(doc["errors"], 0);
-    assert_eq!(doc["warnings"], 1);
-    let f = &doc["findings"][0];
-    assert_eq!(f["kind"], "DestinationRule");
-    assert_eq!(f["path"], "spec.trafficPolicy.tls.mode");
+    // The unreachable route, and the destination host no Service of this one file
+    // defines, once per route.
+    assert_eq!(doc["warnings"], 3);
+    let findings = doc["findings"].as_array().expect("findings");
+    let f = findings
+        .iter()
+        .find(|f| f["path"] == "spec.http[1]")
+        .expect("the unreachable route's finding");
+    assert_eq!(f["kind"], "VirtualService");
+    assert_eq!(f["name"], "ratings");
     assert_eq!(f["severity"], "warning");
+    assert!(findings.iter().all(|f| f["severity"] == "warning"));
 }
 
 #[test]
