@@ -69,6 +69,8 @@ const CASES: &[(&str, Option<&str>, &str)] = &[
     ("unready-endpoints", None, "client"),
     ("grpc-web", None, "client"),
     ("passthrough-target-port", None, "client"),
+    ("export-to", None, "client"),
+    ("export-to-mesh-default", None, "client"),
 ];
 
 const TYPES: [(XdsType, &str); 4] = [
