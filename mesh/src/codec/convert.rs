@@ -43,6 +43,9 @@ pub fn mesh_from_pb(m: pb::MeshSettings) -> MeshConfig {
         default_destination_rule_export_to: m.default_destination_rule_export_to,
         connect_timeout: Duration::from_millis(m.connect_timeout_ms),
         trust_domain: m.trust_domain,
+        // The controller's namespace filter: objects of unselected namespaces never reach
+        // a snapshot, so replicas need no selectors.
+        discovery_selectors: Vec::new(),
     }
 }
 
