@@ -31,6 +31,9 @@ pub struct MeshConfig {
     /// Cluster connect timeout when no DestinationRule sets one.
     pub connect_timeout: Duration,
     pub trust_domain: String,
+    /// `enableAutoMtls` (default true): sidecars originate Istio mutual TLS to endpoints
+    /// that carry a sidecar, without a DestinationRule saying so.
+    pub enable_auto_mtls: bool,
     /// `discoverySelectors`: which namespaces the controller reads (any selector matching
     /// a namespace's labels selects it; none: every namespace). Read by the controller
     /// only; not part of a snapshot.
@@ -91,6 +94,7 @@ impl Default for MeshConfig {
             default_destination_rule_export_to: Vec::new(),
             connect_timeout: Duration::from_secs(10),
             trust_domain: "cluster.local".to_string(),
+            enable_auto_mtls: true,
             discovery_selectors: Vec::new(),
         }
     }
@@ -112,7 +116,7 @@ pub struct LoadedMeshConfig {
     pub ignored_fields: Vec<String>,
 }
 
-const KNOWN_FIELDS: [&str; 8] = [
+const KNOWN_FIELDS: [&str; 9] = [
     "discoverySelectors",
     "rootNamespace",
     "outboundTrafficPolicy",
@@ -121,6 +125,7 @@ const KNOWN_FIELDS: [&str; 8] = [
     "defaultDestinationRuleExportTo",
     "connectTimeout",
     "trustDomain",
+    "enableAutoMtls",
 ];
 
 impl MeshConfig {
@@ -201,6 +206,12 @@ impl MeshConfig {
         }
         if let Some(v) = obj.get("discoverySelectors") {
             config.discovery_selectors = discovery_selectors(v)?;
+        }
+        if let Some(v) = obj.get("enableAutoMtls") {
+            config.enable_auto_mtls = v.as_bool().ok_or_else(|| MeshConfigError::Field {
+                field: "enableAutoMtls".into(),
+                reason: format!("must be a boolean (got {v})"),
+            })?;
         }
         let mut ignored_fields: Vec<String> = obj
             .keys()
@@ -409,6 +420,11 @@ mod tests {
             OutboundTrafficPolicy::AllowAny
         );
         assert_eq!(loaded.config.connect_timeout, Duration::from_secs(10));
+        assert!(loaded.config.enable_auto_mtls);
+        let off = MeshConfig::from_yaml("enableAutoMtls: false").unwrap();
+        assert!(!off.config.enable_auto_mtls);
+        assert!(off.ignored_fields.is_empty());
+        assert!(MeshConfig::from_yaml("enableAutoMtls: \"no\"").is_err());
     }
 
     #[test]

@@ -1,9 +1,12 @@
-//! gRPC's own xDS client and backend servers for end-to-end tests, both in Python
-//! `grpcio` (installed into `.venv-grpc/` by `scripts/deps/python-grpc.sh`).
+//! gRPC's own xDS clients and backend servers for end-to-end tests: Python `grpcio`
+//! (C-core; installed into `.venv-grpc/` by `scripts/deps/python-grpc.sh`) and Node's
+//! `@grpc/grpc-js-xds` (a separate, stricter implementation; installed into
+//! `testkit/node/node_modules/` by `scripts/deps/node-grpc-xds.sh`).
 //!
 //! [`GrpcBackends`] runs named backend servers on 127.0.0.1 that answer with their name;
 //! [`XdsClient`] is one long-lived client process (so it stays connected to the control
-//! plane across configuration changes) driven by JSON commands.
+//! plane across configuration changes) driven by the same JSON commands in either
+//! language.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -22,6 +25,10 @@ pub enum GrpcHarnessError {
         "Python with grpcio not found at {0}: run `scripts/deps/python-grpc.sh` (or `make test-deps`)"
     )]
     MissingVenv(PathBuf),
+    #[error(
+        "Node's @grpc/grpc-js-xds not found at {0}: run `scripts/deps/node-grpc-xds.sh` (or `make test-deps`)"
+    )]
+    MissingNodeModules(PathBuf),
     #[error("cannot start {what}: {source}")]
     Spawn {
         what: &'static str,
@@ -39,6 +46,38 @@ pub fn python() -> Result<PathBuf, GrpcHarnessError> {
         Ok(p)
     } else {
         Err(GrpcHarnessError::MissingVenv(p))
+    }
+}
+
+/// Which implementation of gRPC's xDS client an [`XdsClient`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientRuntime {
+    /// Python `grpcio` (gRPC C-core).
+    Python,
+    /// Node `@grpc/grpc-js-xds`.
+    Node,
+}
+
+impl ClientRuntime {
+    /// The command that runs this runtime's client script.
+    fn command(self) -> Result<Command, GrpcHarnessError> {
+        match self {
+            ClientRuntime::Python => {
+                let mut cmd = Command::new(python()?);
+                cmd.arg(script("xds_client.py"));
+                Ok(cmd)
+            }
+            ClientRuntime::Node => {
+                let dir = workspace_root().join("testkit/node");
+                let modules = dir.join("node_modules/@grpc/grpc-js-xds");
+                if !modules.is_dir() {
+                    return Err(GrpcHarnessError::MissingNodeModules(modules));
+                }
+                let mut cmd = Command::new("node");
+                cmd.arg(dir.join("xds_client.js"));
+                Ok(cmd)
+            }
+        }
     }
 }
 
@@ -209,16 +248,24 @@ pub fn bootstrap(server: &str, node_id: &str, namespace: &str) -> Value {
             "channel_creds": [{"type": "insecure"}],
             "server_features": ["xds_v3"]
         }],
+        // grpc-js-xds refuses a bootstrap whose node has no `locality` (C-core accepts it);
+        // Istio's agent always writes one.
         "node": {
             "id": node_id,
+            "locality": {},
             "metadata": {"GENERATOR": "grpc", "NAMESPACE": namespace}
         }
     })
 }
 
 impl XdsClient {
-    /// Starts a client with `bootstrap` (see [`bootstrap`]).
+    /// Starts a Python (C-core) client with `bootstrap` (see [`bootstrap`]).
     pub fn start(bootstrap: &Value) -> Result<Self, GrpcHarnessError> {
+        Self::start_in(ClientRuntime::Python, bootstrap)
+    }
+
+    /// Starts a client of the given implementation with `bootstrap`.
+    pub fn start_in(runtime: ClientRuntime, bootstrap: &Value) -> Result<Self, GrpcHarnessError> {
         let dir = tempfile::tempdir().map_err(|source| GrpcHarnessError::Spawn {
             what: "xDS client bootstrap",
             source,
@@ -228,12 +275,16 @@ impl XdsClient {
             what: "xDS client bootstrap",
             source,
         })?;
-        Self::start_with(&path, dir)
+        Self::spawn(runtime, &path, dir)
     }
 
-    fn start_with(bootstrap: &Path, dir: tempfile::TempDir) -> Result<Self, GrpcHarnessError> {
-        let mut child = Command::new(python()?)
-            .arg(script("xds_client.py"))
+    fn spawn(
+        runtime: ClientRuntime,
+        bootstrap: &Path,
+        dir: tempfile::TempDir,
+    ) -> Result<Self, GrpcHarnessError> {
+        let mut child = runtime
+            .command()?
             .env("GRPC_XDS_BOOTSTRAP", bootstrap)
             // Quiet unless a test asks for gRPC's own logs.
             .env(

@@ -26,6 +26,7 @@ pub fn mesh_to_pb(m: &MeshConfig) -> pb::MeshSettings {
         default_destination_rule_export_to: m.default_destination_rule_export_to.clone(),
         connect_timeout_ms: u64::try_from(m.connect_timeout.as_millis()).unwrap_or(u64::MAX),
         trust_domain: m.trust_domain.clone(),
+        disable_auto_mtls: !m.enable_auto_mtls,
     }
 }
 
@@ -43,6 +44,7 @@ pub fn mesh_from_pb(m: pb::MeshSettings) -> MeshConfig {
         default_destination_rule_export_to: m.default_destination_rule_export_to,
         connect_timeout: Duration::from_millis(m.connect_timeout_ms),
         trust_domain: m.trust_domain,
+        enable_auto_mtls: !m.disable_auto_mtls,
         // The controller's namespace filter: objects of unselected namespaces never reach
         // a snapshot, so replicas need no selectors.
         discovery_selectors: Vec::new(),

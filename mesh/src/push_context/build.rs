@@ -9,7 +9,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Service as KubeService;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use super::notices::{destination_rule_notices, service_entry_notices, virtual_service_notices};
+use super::notices::{service_entry_notices, virtual_service_notices};
 use super::references::{KnownHosts, SubsetIndex, virtual_service_references};
 use super::validate::{
     validate_destination_rule, validate_peer_authentication, validate_service_entry,
@@ -187,8 +187,6 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         findings.extend(validated.findings);
         match validated.spec {
             Some(spec) => {
-                let key = ConfigKey::new(ConfigKind::DestinationRule, &meta.namespace, &meta.name);
-                findings.extend(destination_rule_notices(&key, &spec));
                 destination_rules.push(Arc::new(Config { meta, spec }));
             }
             None => {

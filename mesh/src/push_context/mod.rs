@@ -329,6 +329,15 @@ impl PushContext {
         peer_authn::compose(root, namespace, labels, candidates)
     }
 
+    /// The mutual TLS mode the mesh and namespace PeerAuthentications (those without a
+    /// selector) give `namespace` — Istio's `GetNamespaceMutualTLSMode`, with its fallback
+    /// to PERMISSIVE when neither sets one. Auto mTLS is off towards a `DISABLE` namespace.
+    pub fn namespace_mtls_mode(&self, namespace: &str) -> crate::api::MtlsMode {
+        // No workload labels: a selector policy selects nothing.
+        self.mtls_for_workload(namespace, &std::collections::BTreeMap::new())
+            .mode
+    }
+
     /// Whether a VirtualService applies to sidecars and proxyless clients in `namespace`:
     /// visible there, and bound to the `mesh` gateway (empty `gateways` means `mesh`).
     pub fn virtual_service_applies(&self, vs: &VirtualServiceConfig, namespace: &str) -> bool {

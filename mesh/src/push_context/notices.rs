@@ -1,13 +1,11 @@
 //! What Pilotfish accepts but does differently from Istio 1.30 (or, like Istio, ignores):
 //! each such field that an accepted object sets is reported as a warning naming the field,
 //! so `validate`, the object's status condition (`AcceptedWithWarnings`) and the log all
-//! say so. Every field of the networking v1 API that Istio translates is translated by
+//! say so. DestinationRules have none: every field of theirs is translated. Every field of the networking v1 API that Istio translates is translated by
 //! the generators; a field added here says why it is not (the README's "not supported"
 //! list follows this file).
 
-use crate::api::{
-    DestinationRuleSpec, Resolution, ServiceEntrySpec, TlsMode, TrafficPolicy, VirtualServiceSpec,
-};
+use crate::api::{Resolution, ServiceEntrySpec, VirtualServiceSpec};
 use crate::config::{ConfigError, ConfigKey};
 
 /// Collects the notices about one object.
@@ -40,38 +38,6 @@ pub fn virtual_service_notices(key: &ConfigKey, spec: &VirtualServiceSpec) -> Ve
         }
     }
     n.list
-}
-
-/// Notices about an accepted DestinationRule.
-pub fn destination_rule_notices(key: &ConfigKey, spec: &DestinationRuleSpec) -> Vec<ConfigError> {
-    let mut n = Notices {
-        key,
-        list: Vec::new(),
-    };
-    if let Some(tp) = &spec.traffic_policy {
-        traffic_policy(&mut n, "spec.trafficPolicy", tp);
-    }
-    for (i, s) in spec.subsets.iter().enumerate() {
-        if let Some(tp) = &s.traffic_policy {
-            traffic_policy(&mut n, &format!("spec.subsets[{i}].trafficPolicy"), tp);
-        }
-    }
-    n.list
-}
-
-fn traffic_policy(n: &mut Notices, path: &str, tp: &TrafficPolicy) {
-    let mut tls_notice = |tls: Option<&crate::api::ClientTlsSettings>, at: &str| {
-        if tls.is_some_and(|t| t.mode == Some(TlsMode::IstioMutual)) {
-            n.behaviour(
-                &format!("{at}.tls.mode"),
-                "Pilotfish does not issue certificates yet: ISTIO_MUTUAL relies on the sidecar's own SDS provider (secrets `default` and `ROOTCA`)",
-            );
-        }
-    };
-    tls_notice(tp.tls.as_ref(), path);
-    for (i, pl) in tp.port_level_settings.iter().enumerate() {
-        tls_notice(pl.tls.as_ref(), &format!("{path}.portLevelSettings[{i}]"));
-    }
 }
 
 /// Notices about an accepted ServiceEntry.
@@ -116,25 +82,6 @@ mod tests {
         );
         assert!(found.iter().all(|f| !f.is_error()));
         assert!(found[0].message.contains("Istio 1.30 does not translate"));
-
-        let dr: DestinationRuleSpec = serde_json::from_value(json!({
-            "host": "a",
-            "trafficPolicy": {
-                "proxyProtocol": {"version": "V1"},
-                "retryBudget": {"percent": 20},
-                "loadBalancer": {"warmup": {"duration": "10s"}, "warmupDurationSecs": "5s",
-                    "consistentHash": {"httpCookie": {"name": "c", "attributes": [{"name": "SameSite", "value": "Strict"}]}}},
-                "connectionPool": {"tcp": {"idleTimeout": "1h"}},
-                "portLevelSettings": [{"port": {"number": 80}, "tls": {"mode": "SIMPLE", "caCrl": "/crl.pem"}}]
-            },
-            "subsets": [{"name": "v1", "trafficPolicy": {"tunnel": {"targetHost": "h.example", "targetPort": 8443}}}]
-        }))
-        .unwrap();
-        let key = ConfigKey::new(ConfigKind::DestinationRule, "ns", "n");
-        assert!(
-            paths(&destination_rule_notices(&key, &dr)).is_empty(),
-            "every DestinationRule field is translated now"
-        );
 
         let se: ServiceEntrySpec = serde_json::from_value(json!({
             "hosts": ["a.example"],

@@ -131,9 +131,10 @@ impl FolderLoop {
             let due = debounce.deadline().map(Instant::from_std);
             tokio::select! {
                 event = events.recv() => {
-                    if event.is_none() {
+                    let Some(event) = event else {
                         return Err(FolderError::WatchEnded(self.dir.clone()));
-                    }
+                    };
+                    source.note(event);
                     debounce.event(std::time::Instant::now(), ChangeClass::Config);
                 }
                 _ = resync.tick() => debounce.event(std::time::Instant::now(), ChangeClass::Config),

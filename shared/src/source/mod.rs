@@ -43,11 +43,13 @@ use pilotfish_mesh::push_context::BuildInputs;
 
 pub use read::MAX_FILE_BYTES;
 use read::{FileStamp, FirstSeen, ReadOutcome, read_settled};
-pub use watch::FolderWatch;
+pub use watch::{FolderEvent, FolderWatch};
 
-/// How long a file must stay unchanged before it is read. A writer that pauses between two
-/// parts of a file for less than this is never read half-way; edits reach the mesh this
-/// much later.
+/// How long a file must stay unchanged before it is read, unless the watcher saw its writer
+/// finish it ([`FolderEvent::Finished`]: closed after writing, or renamed into place), in
+/// which case it is read at once. A writer that pauses between two parts of a file it
+/// keeps open is never read half-way; without close events (a network file system, lost
+/// events) edits reach the mesh this much later.
 pub const SETTLE: Duration = Duration::from_secs(1);
 
 /// How soon a ConfigMap-style volume caught mid-swap is looked at again (kubelet finishes
@@ -160,6 +162,9 @@ pub struct DirSource {
     settle: Duration,
     /// Files waiting to settle: the stamp they had when this process first saw it.
     first_seen: BTreeMap<PathBuf, FirstSeen>,
+    /// Files whose writer finished them (closed after writing, renamed into place) with no
+    /// write seen since: read without the settle window.
+    finished: BTreeSet<PathBuf>,
     /// Entries skipped by the last scan, with the reason.
     skipped: BTreeMap<PathBuf, String>,
     /// Folders the last scan listed (where they were read), to be watched.
@@ -182,6 +187,7 @@ impl DirSource {
             seen_ignored_kinds: BTreeSet::new(),
             settle,
             first_seen: BTreeMap::new(),
+            finished: BTreeSet::new(),
             skipped: BTreeMap::new(),
             folders: BTreeSet::from([root_path.clone()]),
             fail_listing: BTreeSet::new(),
@@ -190,6 +196,22 @@ impl DirSource {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Takes in what the watcher saw: a file a writer finished is read at the next scan
+    /// without the settle window, until a write to it is seen again.
+    pub fn note(&mut self, event: FolderEvent) {
+        match event {
+            FolderEvent::Finished(path) => {
+                self.finished.insert(path);
+            }
+            FolderEvent::Changed { writing } => {
+                for path in &writing {
+                    self.finished.remove(path);
+                }
+            }
+            FolderEvent::Lost => self.finished.clear(),
+        }
     }
 
     /// Re-reads the folder (only files whose stamp changed, once they settled). Never
@@ -221,8 +243,9 @@ impl DirSource {
                 let first_seen = self.first_seen.get(&f.key).copied();
                 // kubelet writes a ConfigMap version whole before `..data` names it, so a
                 // file of the current version needs no settle window (the swap checks
-                // below catch a version replaced mid-scan); loose files do.
-                let settle = if f.swap.is_some() {
+                // below catch a version replaced mid-scan); nor does a file whose writer
+                // finished it; other loose files do.
+                let settle = if f.swap.is_some() || self.finished.contains(&f.key) {
                     Duration::ZERO
                 } else {
                     self.settle
@@ -268,16 +291,21 @@ impl DirSource {
             report.changed = true;
         }
         self.first_seen.retain(|p, _| present.contains(p));
+        self.finished.retain(|p| present.contains(p));
 
         for (f, outcome) in outcomes {
             let usable = f.swap.is_none_or(|i| swap_usable[i]);
             match outcome {
                 ReadOutcome::Unchanged => {
                     self.first_seen.remove(&f.key);
+                    self.finished.remove(&f.key);
                 }
                 ReadOutcome::Gone => {}
                 ReadOutcome::Unsettled { stamp, retry_after } => {
                     metrics::DEFERRED_READS.inc();
+                    // Changed while read: a writer is at it again, whatever it finished.
+                    self.finished.remove(&f.key);
+                    let retry_after = retry_after.max(SWAP_RETRY.min(self.settle));
                     if self.first_seen.get(&f.key).is_none_or(|s| s.stamp != stamp) {
                         let at = Instant::now();
                         self.first_seen
@@ -291,6 +319,7 @@ impl DirSource {
                 ReadOutcome::Read { .. } if !usable => {}
                 ReadOutcome::Read { stamp, bytes } => {
                     self.first_seen.remove(&f.key);
+                    self.finished.remove(&f.key);
                     self.take_content(&f.key, stamp, &bytes, &mut report);
                 }
             }
@@ -640,6 +669,47 @@ mod tests {
         std::thread::sleep(settle);
         assert!(src.rescan().changed);
         assert_eq!(names(&src), ["a"]);
+    }
+
+    /// A file its writer finished (closed after writing, renamed into place) is read at
+    /// once, without the settle window; a write seen after that brings the window back,
+    /// and so does a watcher that may have lost events.
+    #[test]
+    fn a_file_its_writer_finished_is_read_without_the_settle_window() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        // Far longer than the test: only the writer's close lets a file be read.
+        let mut src = DirSource::with_settle(dir.path(), Duration::from_secs(3600));
+        let path = dir.path().join("mesh.yaml");
+        std::fs::write(&path, SVC).unwrap();
+        assert_eq!(src.rescan().pending, 1, "no close seen yet: it waits");
+        src.note(FolderEvent::Finished(path.clone()));
+        let r = src.rescan();
+        assert_eq!((r.pending, r.files_read, r.changed), (0, 1, true));
+        assert_eq!(names(&src), ["a"]);
+
+        // Reopened and written again, not closed: the window applies again.
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        file.write_all(format!("---\n{SVC_B}").as_bytes()).unwrap();
+        src.note(FolderEvent::Changed {
+            writing: vec![path.clone()],
+        });
+        assert_eq!(src.rescan().pending, 1);
+        assert_eq!(names(&src), ["a"], "the half-written file is not used");
+        drop(file);
+        src.note(FolderEvent::Finished(path.clone()));
+        assert!(src.rescan().changed);
+        assert_eq!(names(&src), ["a", "b"]);
+
+        // A close followed by lost events proves nothing.
+        std::fs::write(&path, SVC).unwrap();
+        src.note(FolderEvent::Finished(path.clone()));
+        src.note(FolderEvent::Lost);
+        assert_eq!(src.rescan().pending, 1);
+        assert_eq!(names(&src), ["a", "b"]);
     }
 
     /// A folder that cannot be listed (`lost+found` under a non-root uid) is skipped and

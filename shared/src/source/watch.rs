@@ -1,6 +1,7 @@
-//! Filesystem notifications for the folder source: one unit per event that can change
-//! what the folder holds. Access events are dropped — the source's own reads would
-//! otherwise wake it again, and a quiet folder would be re-read forever.
+//! Filesystem notifications for the folder source: one [`FolderEvent`] per event that can
+//! change what the folder holds. Access events are dropped — the source's own reads would
+//! otherwise wake it again, and a quiet folder would be re-read forever — except a close
+//! after writing, which tells the source that a writer finished a file.
 //!
 //! Each folder the last scan listed is watched on its own ([`FolderWatch::follow`]), not
 //! with notify's recursive mode: that one gives up on the whole tree at the first folder it
@@ -11,8 +12,39 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use notify::EventKind;
-use notify::event::{MetadataKind, ModifyKind};
+use notify::event::{AccessKind, AccessMode, MetadataKind, ModifyKind, RenameMode};
 use tokio::sync::mpsc;
+
+/// What a filesystem event tells the folder source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FolderEvent {
+    /// Content may have changed; these paths are being written (empty for events without
+    /// paths, and for a watcher error, which may mean lost events).
+    Changed { writing: Vec<PathBuf> },
+    /// A writer finished this file: it closed it after writing, or renamed a file to it
+    /// (how atomic writers and editors save). Its content is whole as far as the writer
+    /// is concerned, so it needs no settle window.
+    Finished(PathBuf),
+    /// The watcher may have lost events: nothing it said about writers can be trusted.
+    Lost,
+}
+
+/// What a notify event means for the folder source; `None` for someone reading it.
+pub fn classify(event: &notify::Event) -> Option<FolderEvent> {
+    match event.kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => {
+            event.paths.first().cloned().map(FolderEvent::Finished)
+        }
+        // `To` names the destination; `Both` lists the source, then the destination.
+        EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Both)) => {
+            event.paths.last().cloned().map(FolderEvent::Finished)
+        }
+        ref kind if changes_content(kind) => Some(FolderEvent::Changed {
+            writing: event.paths.clone(),
+        }),
+        _ => None,
+    }
+}
 
 /// Whether an event can change the folder's content (creation, writes, renames,
 /// removals, permission or ownership changes), as opposed to someone reading it.
@@ -39,15 +71,20 @@ impl std::fmt::Debug for FolderWatch {
 
 impl FolderWatch {
     /// Watches `root` (only the folder itself until [`follow`](Self::follow) is told the
-    /// rest); each event that can change content sends a unit on the channel. Callers
-    /// debounce and then rescan. Fails when `root` cannot be watched.
-    pub fn new(root: &Path) -> notify::Result<(Self, mpsc::UnboundedReceiver<()>)> {
+    /// rest); each event that can change content, or that says a writer finished a file,
+    /// is sent on the channel. Callers hand it to the source, debounce and then rescan.
+    /// Fails when `root` cannot be watched.
+    pub fn new(root: &Path) -> notify::Result<(Self, mpsc::UnboundedReceiver<FolderEvent>)> {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut watcher =
             notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
                 // An error from the watcher may mean lost events: a rescan is the safe answer.
-                if event.is_err() || event.is_ok_and(|e| changes_content(&e.kind)) {
-                    let _ = tx.send(());
+                let event = match event {
+                    Ok(e) => classify(&e),
+                    Err(_) => Some(FolderEvent::Lost),
+                };
+                if let Some(event) = event {
+                    let _ = tx.send(event);
                 }
             })?;
         use notify::Watcher;
@@ -91,7 +128,7 @@ impl FolderWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use notify::event::{AccessKind, AccessMode, CreateKind, DataChange, RemoveKind};
+    use notify::event::{CreateKind, DataChange, RemoveKind};
     use std::time::Duration;
 
     #[test]
@@ -110,6 +147,54 @@ mod tests {
             DataChange::Content
         ))));
         assert!(changes_content(&EventKind::Remove(RemoveKind::File)));
+    }
+
+    #[test]
+    fn a_close_after_writing_or_a_rename_finishes_a_file() {
+        let event = |kind, paths: &[&str]| {
+            let mut e = notify::Event::new(kind);
+            for p in paths {
+                e = e.add_path(PathBuf::from(p));
+            }
+            classify(&e)
+        };
+        assert_eq!(
+            event(
+                EventKind::Access(AccessKind::Close(AccessMode::Write)),
+                &["/d/a.yaml"]
+            ),
+            Some(FolderEvent::Finished("/d/a.yaml".into()))
+        );
+        assert_eq!(
+            event(
+                EventKind::Modify(ModifyKind::Name(RenameMode::Both)),
+                &["/d/.a.yaml.tmp", "/d/a.yaml"]
+            ),
+            Some(FolderEvent::Finished("/d/a.yaml".into()))
+        );
+        assert_eq!(
+            event(
+                EventKind::Modify(ModifyKind::Name(RenameMode::To)),
+                &["/d/a.yaml"]
+            ),
+            Some(FolderEvent::Finished("/d/a.yaml".into()))
+        );
+        assert_eq!(
+            event(
+                EventKind::Modify(ModifyKind::Data(DataChange::Any)),
+                &["/d/a.yaml"]
+            ),
+            Some(FolderEvent::Changed {
+                writing: vec!["/d/a.yaml".into()]
+            })
+        );
+        assert_eq!(
+            event(
+                EventKind::Access(AccessKind::Close(AccessMode::Read)),
+                &["/d/a.yaml"]
+            ),
+            None
+        );
     }
 
     /// Reading every file of a watched folder wakes nobody; writing one does.
@@ -140,7 +225,19 @@ mod tests {
         assert!(quiet.is_err(), "reading the folder produced an event");
         std::fs::write(dir.path().join("0.yaml"), "a: 2\n").unwrap();
         let woke = tokio::time::timeout(Duration::from_secs(5), events.recv()).await;
-        assert!(matches!(woke, Ok(Some(()))), "a write produced no event");
+        assert!(
+            matches!(woke, Ok(Some(FolderEvent::Changed { .. }))),
+            "a write produced no event: {woke:?}"
+        );
+        // `fs::write` closes the file: the writer finished it, under the path the scan uses.
+        let mut finished = None;
+        while let Ok(Some(e)) = tokio::time::timeout(Duration::from_secs(2), events.recv()).await {
+            if let FolderEvent::Finished(path) = e {
+                finished = Some(path);
+                break;
+            }
+        }
+        assert_eq!(finished, Some(dir.path().join("0.yaml")));
         // A write in a followed subfolder wakes it too.
         while tokio::time::timeout(Duration::from_millis(100), events.recv())
             .await
@@ -149,7 +246,7 @@ mod tests {
         std::fs::write(dir.path().join("sub/1.yaml"), "a: 2\n").unwrap();
         let woke = tokio::time::timeout(Duration::from_secs(5), events.recv()).await;
         assert!(
-            matches!(woke, Ok(Some(()))),
+            matches!(woke, Ok(Some(_))),
             "a write in a subfolder produced no event"
         );
     }

@@ -1,11 +1,13 @@
-//! Standalone `pilotfish-xds` driven by gRPC's own xDS client (Python grpcio): weighted
-//! subsets, a header route, fault injection and a live edit of the VirtualService file,
-//! with real backend gRPC servers on 127.0.0.1 standing in for reviews v1/v2/v3.
+//! Standalone `pilotfish-xds` driven by gRPC's own xDS clients — Python grpcio (C-core)
+//! and Node's `@grpc/grpc-js-xds`, a separate and in places stricter implementation —
+//! through the same scenario: weighted subsets, a header route, fault injection and a live
+//! edit of the VirtualService file, with real backend gRPC servers on 127.0.0.1 standing
+//! in for reviews v1/v2/v3.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use pilotfish_testkit::grpc::{GrpcBackends, RpcTally, XdsClient, bootstrap};
+use pilotfish_testkit::grpc::{ClientRuntime, GrpcBackends, RpcTally, XdsClient, bootstrap};
 use pilotfish_testkit::mesh::{
     reviews_destination_rule, reviews_target, reviews_virtual_service, reviews_workloads,
 };
@@ -44,11 +46,20 @@ pub fn reviews_backends() -> (GrpcBackends, Vec<(&'static str, u16)>) {
     )
 }
 
-/// A proxyless client in `default` talking to `xds`.
+/// A proxyless (Python) client in `default` talking to `xds`.
 pub fn reviews_client(xds: std::net::SocketAddr, pod: &str) -> XdsClient {
+    reviews_client_in(ClientRuntime::Python, xds, pod)
+}
+
+/// A proxyless client of the given implementation in `default` talking to `xds`.
+pub fn reviews_client_in(
+    runtime: ClientRuntime,
+    xds: std::net::SocketAddr,
+    pod: &str,
+) -> XdsClient {
     let node = format!("sidecar~127.0.0.1~{pod}.default~default.svc.cluster.local");
-    XdsClient::start(&bootstrap(&xds.to_string(), &node, "default"))
-        .expect("start the gRPC xDS client")
+    XdsClient::start_in(runtime, &bootstrap(&xds.to_string(), &node, "default"))
+        .unwrap_or_else(|e| panic!("start the {runtime:?} gRPC xDS client: {e}"))
 }
 
 /// Asserts that `tally` splits between v1 and v2 as `expected` (percent of v1), within
@@ -105,11 +116,22 @@ pub fn wait_for_split(client: &mut XdsClient, expected_v1: f64, max: Duration) -
 
 #[test]
 fn grpc_xds_client_routes_through_standalone_mode() {
+    routes_through_standalone_mode(ClientRuntime::Python);
+}
+
+/// The same scenario with Node's `@grpc/grpc-js-xds`, which parses and validates every
+/// resource with its own code (not C-core's) — and must NACK nothing either.
+#[test]
+fn node_grpc_js_xds_client_routes_through_standalone_mode() {
+    routes_through_standalone_mode(ClientRuntime::Node);
+}
+
+fn routes_through_standalone_mode(runtime: ClientRuntime) {
     let (_backends, ports) = reviews_backends();
     let dir = tempfile::tempdir().unwrap();
     write_reviews_mesh(dir.path(), &ports, (80, 20));
     let server = XdsServer::standalone("xds-standalone", dir.path()).expect("start pilotfish-xds");
-    let mut client = reviews_client(server.xds, "client-1");
+    let mut client = reviews_client_in(runtime, server.xds, "client-1");
     let target = reviews_target();
 
     // 80/20 between v1 and v2 (weighted subsets), measured over 2,000 RPCs.

@@ -32,14 +32,16 @@ use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
 use envoy_types::pb::envoy::r#type::v3::Percent;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use pilotfish_mesh::api::{
-    ConnectionPoolSettings, H2UpgradePolicy, LoadBalancerSettings, OutlierDetection, SimpleLb,
+    ClientTlsSettings, ConnectionPoolSettings, H2UpgradePolicy, LoadBalancerSettings,
+    OutlierDetection, SimpleLb, TlsMode,
 };
 use pilotfish_mesh::model::{Protocol, Resolution, ServiceOrigin, TargetPort};
 use pilotfish_mesh::push_context::PushContext;
 
+use super::auto_mtls::{self, AutoMtls, socket_matches};
 use super::eds::{cluster_endpoints, dns_load_assignment};
 use super::findings::{Downgrade, Finding};
-use super::identities::with_default_sans;
+use super::identities::{service_accounts, with_default_sans};
 use super::names;
 use super::plan::{ClusterPlan, Discovery, OutboundPlan};
 use super::scope::{Flavor, InboundPort};
@@ -266,13 +268,32 @@ fn outbound_cluster(
         )));
     }
 
-    cluster.transport_socket = transport_socket(
-        tls.as_deref(),
-        flavor,
-        &plan.name,
-        (plan.port.port, &plan.subset, &plan.service.hostname),
-        findings,
+    let sni_parts = (
+        plan.port.port,
+        plan.subset.as_str(),
+        plan.service.hostname.as_str(),
     );
+    cluster.transport_socket =
+        transport_socket(tls.as_deref(), flavor, &plan.name, sni_parts, findings);
+    // Gated on the rule's TLS being absent, not on the socket: `tls: {mode: DISABLE}` is
+    // the user's word and turns auto mTLS off.
+    if policy.tls.is_none() && flavor == Flavor::Sidecar {
+        let auto = auto_mtls::decide(push, plan);
+        if auto != AutoMtls::Off {
+            let istio_mutual = ClientTlsSettings {
+                mode: Some(TlsMode::IstioMutual),
+                subject_alt_names: service_accounts(push, &plan.service),
+                ..Default::default()
+            };
+            let socket =
+                transport_socket(Some(&istio_mutual), flavor, &plan.name, sni_parts, findings);
+            match (auto, socket) {
+                (AutoMtls::Always, socket) => cluster.transport_socket = socket,
+                (_, Some(socket)) => cluster.transport_socket_matches = socket_matches(socket),
+                (_, None) => {}
+            }
+        }
+    }
     apply_connection_options(&mut cluster, policy, flavor, findings);
     cluster
 }

@@ -7,6 +7,9 @@
 //! unhealthy endpoints (a traffic distribution, or the send-unhealthy option), then they
 //! are `UNHEALTHY` and the cluster's panic threshold is 0.
 //!
+//! An endpoint whose workload runs a sidecar carries its `tlsMode` for the clusters'
+//! auto-mTLS transport socket matches (`auto_mtls`).
+//!
 //! Locality-aware load balancing follows Istio: `distribute` re-weights localities for the
 //! proxy's locality; with outlier detection configured, endpoints are prioritised by how
 //! close their locality is to the proxy's (or by `failoverPriority` labels).
@@ -25,6 +28,7 @@ use pilotfish_mesh::api::LocalityLoadBalancerSetting;
 use pilotfish_mesh::model::{Endpoint, EndpointHealth, Locality};
 use pilotfish_mesh::push_context::PushContext;
 
+use super::auto_mtls::endpoint_metadata;
 use super::findings::Finding;
 use super::plan::{ClusterPlan, Discovery, OutboundPlan};
 use super::scope::{Flavor, Scope};
@@ -206,7 +210,7 @@ fn lb_endpoint(e: &Endpoint) -> LbEndpoint {
             address: Some(socket_address(&e.address, e.port)),
             ..Default::default()
         })),
-        ..Default::default()
+        metadata: endpoint_metadata(e),
     }
 }
 

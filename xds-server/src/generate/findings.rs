@@ -72,10 +72,6 @@ pub enum Finding {
         reference: String,
         kind: &'static str,
     },
-    /// A sidecar cluster using `ISTIO_MUTUAL`, whose certificates the sidecar's own SDS
-    /// provider must serve (Pilotfish issues none yet; a debug-level note, the snapshot
-    /// warns once per configuration change).
-    IstioMutualWithoutCertificates { cluster: String },
     /// A virtual host left out of a route configuration because its name or every domain
     /// was already taken (a debug-level note).
     VirtualHostSkipped { vhost: String, reason: &'static str },

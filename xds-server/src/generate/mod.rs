@@ -19,6 +19,7 @@
 //! [`findings`], which the snapshot logs and counts once per generated part.
 
 pub mod audit;
+pub mod auto_mtls;
 pub mod canonical;
 pub mod cds;
 pub mod descriptors;

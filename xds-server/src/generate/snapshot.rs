@@ -30,6 +30,7 @@ use pilotfish_mesh::push_context::{PushContext, diff};
 pub use crate::ads::ResourceMap;
 use crate::ads::{ChangeKind, Resource, XdsSnapshot, XdsType, shared_part};
 
+use super::auto_mtls::all_run_sidecars;
 use super::canonical::canonicalize;
 use super::findings::{Finding, RouteKind};
 use super::identities::endpoint_identities;
@@ -120,9 +121,6 @@ impl GeneratedSnapshot {
         change: ChangeKind,
     ) -> Self {
         let index = ScopeIndex::new(&push);
-        if change == ChangeKind::Full {
-            warn_istio_mutual(&push);
-        }
         GeneratedSnapshot {
             push,
             version,
@@ -366,49 +364,10 @@ pub(crate) fn report(findings: &[Finding]) {
                 );
                 INCONSISTENT_REFERENCES.with_label_values(&[kind]).inc();
             }
-            Finding::IstioMutualWithoutCertificates { cluster } => {
-                tracing::debug!(
-                    cluster = cluster.as_str(),
-                    "ISTIO_MUTUAL: Pilotfish does not issue certificates yet; the sidecar's own SDS provider must serve `default` and `ROOTCA`"
-                );
-            }
             Finding::VirtualHostSkipped { vhost, reason } => {
                 tracing::debug!(vhost = %vhost, "{reason}");
             }
         }
-    }
-}
-
-/// Pilotfish issues no certificates yet: `ISTIO_MUTUAL` works only where the sidecar's own
-/// agent serves the SDS secrets `default` and `ROOTCA`. The DestinationRule's status says
-/// so (builder warning); operators reading the xDS tier's log see it here, once per
-/// configuration change.
-fn warn_istio_mutual(push: &PushContext) {
-    use pilotfish_mesh::api::{TlsMode, TrafficPolicy};
-    let uses = |p: &TrafficPolicy| {
-        p.tls.as_ref().and_then(|t| t.mode) == Some(TlsMode::IstioMutual)
-            || p.port_level_settings
-                .iter()
-                .any(|l| l.tls.as_ref().and_then(|t| t.mode) == Some(TlsMode::IstioMutual))
-    };
-    let rules: Vec<String> = push
-        .destination_rules()
-        .iter()
-        .filter(|dr| {
-            dr.spec.traffic_policy.as_ref().is_some_and(uses)
-                || dr
-                    .spec
-                    .subsets
-                    .iter()
-                    .any(|s| s.traffic_policy.as_ref().is_some_and(uses))
-        })
-        .map(|dr| format!("{}/{}", dr.meta.namespace, dr.meta.name))
-        .collect();
-    if !rules.is_empty() {
-        tracing::warn!(
-            destination_rules = %rules.join(","),
-            "ISTIO_MUTUAL is rendered with the SDS secrets `default` and `ROOTCA`, but Pilotfish does not issue certificates yet: these connections work only where the sidecar's own agent provides them"
-        );
     }
 }
 
@@ -488,7 +447,8 @@ impl XdsSnapshot for GeneratedSnapshot {
 /// when only endpoints changed and none of those endpoints shape anything but EDS
 /// (named target ports decide a sidecar's inbound ports; endpoints' service accounts are
 /// the identities TLS verifies; headless services' endpoints are reached through
-/// ORIGINAL_DST clusters, so their changes are EDS-free but harmless).
+/// ORIGINAL_DST clusters, so their changes are EDS-free but harmless — except whether all
+/// of a port's endpoints run a sidecar, which decides the cluster's auto mTLS).
 pub fn change_kind(old: &PushContext, new: &PushContext) -> ChangeKind {
     let summary = diff(old, new);
     if !summary.is_endpoints_only() {
@@ -518,7 +478,25 @@ pub fn change_kind(old: &PushContext, new: &PushContext) -> ChangeKind {
         };
         of(old) != of(new)
     });
-    if shapes_more_than_eds || identities_changed {
+    let passthrough_mtls_changed = summary.endpoints.iter().any(|(host, ns)| {
+        let of = |ctx: &PushContext| {
+            ctx.services()
+                .iter()
+                .find(|s| {
+                    s.hostname == *host
+                        && s.namespace == *ns
+                        && s.resolution == Resolution::Passthrough
+                })
+                .map(|s| {
+                    s.ports
+                        .iter()
+                        .map(|p| all_run_sidecars(ctx, s, p.port))
+                        .collect::<Vec<_>>()
+                })
+        };
+        of(old) != of(new)
+    });
+    if shapes_more_than_eds || identities_changed || passthrough_mtls_changed {
         ChangeKind::Full
     } else {
         ChangeKind::EndpointsOnly

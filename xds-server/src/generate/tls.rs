@@ -6,9 +6,8 @@
 //! `credentialName` becomes `kubernetes://<name>`. `SIMPLE`/`MUTUAL` without
 //! `caCertificates` verify the server against the OS roots (`file-root:system`, which
 //! Istio's agent serves), with automatic SNI and SAN validation when `sni` is unset: Istio's
-//! defaults since 1.21. Pilotfish does not issue certificates
-//! yet, so `ISTIO_MUTUAL` works only where the sidecar's own agent provides them (the
-//! builder puts a warning in the DestinationRule's status; we log it here too).
+//! defaults since 1.21. For `ISTIO_MUTUAL` the sidecar's agent obtains `default` from the
+//! CA on the secure port (Pilotfish's, see `pilotfish-ca`) and serves it with `ROOTCA`.
 //!
 //! Proxyless gRPC reads certificates through certificate-provider instances of its
 //! bootstrap and rejects SDS, so `ISTIO_MUTUAL` becomes provider instance `default`
@@ -53,7 +52,7 @@ pub fn transport_socket(
 ) -> Option<TransportSocket> {
     let tls = tls?;
     let context = match flavor {
-        Flavor::Sidecar => sidecar_context(tls, sni_parts, cluster, findings)?,
+        Flavor::Sidecar => sidecar_context(tls, sni_parts)?,
         Flavor::Proxyless => proxyless_context(tls, cluster, findings)?,
     };
     Some(TransportSocket {
@@ -65,8 +64,6 @@ pub fn transport_socket(
 fn sidecar_context(
     tls: &ClientTlsSettings,
     (port, subset, host): (u32, &str, &str),
-    cluster: &str,
-    findings: &mut Vec<Finding>,
 ) -> Option<UpstreamTlsContext> {
     let sans = san_matchers(&tls.subject_alt_names);
     let mut common = CommonTlsContext {
@@ -81,9 +78,6 @@ fn sidecar_context(
     match tls.mode? {
         TlsMode::Disable => return None,
         TlsMode::IstioMutual => {
-            findings.push(Finding::IstioMutualWithoutCertificates {
-                cluster: cluster.to_string(),
-            });
             common.alpn_protocols = vec!["istio-peer-exchange".into(), "istio".into()];
             common.tls_certificate_sds_secret_configs = vec![sds_secret("default")];
             common.validation_context_type = Some(combined_validation(sans, "ROOTCA"));

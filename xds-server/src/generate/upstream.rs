@@ -57,10 +57,20 @@ pub fn apply_connection_options(
         return;
     }
     if let Some(proxy_protocol) = &policy.proxy_protocol {
-        cluster.transport_socket = Some(proxy_protocol_socket(
-            proxy_protocol,
-            cluster.transport_socket.take(),
-        ));
+        // As Istio: the cluster's socket (plaintext when it has none and no matches) and
+        // every auto-mTLS match's socket go behind the PROXY header.
+        if cluster.transport_socket.is_some() || cluster.transport_socket_matches.is_empty() {
+            cluster.transport_socket = Some(proxy_protocol_socket(
+                proxy_protocol,
+                cluster.transport_socket.take(),
+            ));
+        }
+        for m in &mut cluster.transport_socket_matches {
+            m.transport_socket = Some(proxy_protocol_socket(
+                proxy_protocol,
+                m.transport_socket.take(),
+            ));
+        }
     }
     if let Some(budget) = &policy.retry_budget
         && let Some(thresholds) = cluster

@@ -537,6 +537,70 @@ endpoints: [{{addresses: [{ip}], targetRef: {{kind: Pod, namespace: shop, name: 
     );
 }
 
+/// A headless service's cluster gets auto mTLS only while every endpoint runs a sidecar:
+/// an endpoint change that flips that is a full change; one that keeps it is EDS-only.
+#[test]
+fn a_headless_service_losing_its_all_sidecar_endpoints_is_a_full_change() {
+    let mesh = |pods: &[(&str, &str, bool)]| {
+        let mut out = String::from(
+            "apiVersion: v1
+kind: Service
+metadata: {name: db, namespace: shop}
+spec: {clusterIP: None, selector: {app: db}, ports: [{name: tcp, port: 5432}]}
+",
+        );
+        let mut endpoints = Vec::new();
+        for (name, ip, meshed) in pods {
+            let label = if *meshed {
+                ", security.istio.io/tlsMode: istio"
+            } else {
+                ""
+            };
+            out.push_str(&format!(
+                "---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: shop, labels: {{app: db{label}}}}}
+spec: {{serviceAccountName: db}}
+status: {{podIPs: [{{ip: {ip}}}], conditions: [{{type: Ready, status: 'True'}}]}}
+"
+            ));
+            endpoints.push(format!(
+                "{{addresses: [{ip}], targetRef: {{kind: Pod, namespace: shop, name: {name}}}}}"
+            ));
+        }
+        out.push_str(&format!(
+            "---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: db-1, namespace: shop, labels: {{kubernetes.io/service-name: db}}}}
+addressType: IPv4
+ports: [{{name: tcp, port: 5432}}]
+endpoints: [{}]
+",
+            endpoints.join(", ")
+        ));
+        push(&out)
+    };
+    let meshed = mesh(&[("db-0", "10.1.0.1", true)]);
+    assert_eq!(
+        change_kind(
+            &meshed,
+            &mesh(&[("db-0", "10.1.0.1", true), ("db-1", "10.1.0.2", true)])
+        ),
+        ChangeKind::EndpointsOnly,
+        "still every endpoint runs a sidecar"
+    );
+    assert_eq!(
+        change_kind(
+            &meshed,
+            &mesh(&[("db-0", "10.1.0.1", true), ("db-1", "10.1.0.2", false)])
+        ),
+        ChangeKind::Full,
+        "an endpoint without a sidecar turns the cluster's mTLS off"
+    );
+}
+
 /// A PeerAuthentication changes a sidecar's `virtualInbound` and nothing else: STRICT for
 /// the selected workload leaves no chain a plaintext connection can match, its neighbour
 /// stays PERMISSIVE, and proxyless clients and outbound listeners are byte-identical.

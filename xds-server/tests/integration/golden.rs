@@ -69,6 +69,7 @@ const CASES: &[(&str, Option<&str>, &str)] = &[
     ("unready-endpoints", None, "client"),
     ("grpc-web", None, "client"),
     ("passthrough-target-port", None, "client"),
+    ("auto-mtls", None, "client"),
     ("export-to", None, "client"),
     ("export-to-mesh-default", None, "client"),
 ];

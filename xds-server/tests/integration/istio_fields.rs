@@ -182,17 +182,30 @@ fn proxy_protocol_wraps_the_transport_socket() {
         &sidecar,
         "outbound|9000||echo.default.svc.cluster.local",
     );
-    let socket = plain.transport_socket.expect("a transport socket");
+    // No DestinationRule TLS: auto mTLS's two matches, each behind the PROXY header (as
+    // Istio wraps them).
+    assert!(plain.transport_socket.is_none());
+    let inner: Vec<String> = plain
+        .transport_socket_matches
+        .iter()
+        .map(|m| {
+            let socket = m.transport_socket.as_ref().expect("a transport socket");
+            assert_eq!(
+                socket.name,
+                "envoy.transport_sockets.upstream_proxy_protocol"
+            );
+            let pp: ProxyProtocolUpstreamTransport = typed(socket);
+            assert_eq!(pp.config.unwrap().version, 1, "V2");
+            pp.transport_socket.unwrap().name
+        })
+        .collect();
     assert_eq!(
-        socket.name,
-        "envoy.transport_sockets.upstream_proxy_protocol"
-    );
-    let pp: ProxyProtocolUpstreamTransport = typed(&socket);
-    assert_eq!(pp.config.unwrap().version, 1, "V2");
-    assert_eq!(
-        pp.transport_socket.unwrap().name,
-        "envoy.transport_sockets.raw_buffer",
-        "plaintext is wrapped as raw_buffer"
+        inner,
+        [
+            "envoy.transport_sockets.tls",
+            "envoy.transport_sockets.raw_buffer"
+        ],
+        "mTLS to sidecars, plaintext (raw_buffer) to the rest"
     );
     let tls = cluster(
         &snapshot,
