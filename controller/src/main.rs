@@ -266,6 +266,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 ca_root,
                 client,
                 base,
+                mesh_file: cli.mesh_config.clone(),
                 debounce_after: args.debounce_after.as_std(),
                 debounce_max: args.debounce_max.as_std(),
                 lease: LeaseConfig {

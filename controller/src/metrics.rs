@@ -61,6 +61,31 @@ pub static K8S_WATCH_ERRORS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("register pilotfish_k8s_watch_errors_total")
 });
 
+/// Objects dropped on arrival because MeshConfig's `discoverySelectors` leave their
+/// namespace out, by kind.
+pub static K8S_DISCOVERY_DROPPED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        Opts::new(
+            "pilotfish_k8s_discovery_filtered_total",
+            "Kubernetes objects dropped on arrival because discoverySelectors do not select their namespace, by kind."
+        ),
+        &["type"]
+    )
+    .expect("register pilotfish_k8s_discovery_filtered_total")
+});
+
+/// Lists started afresh because the namespace selection changed, by kind.
+pub static K8S_DISCOVERY_RELISTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        Opts::new(
+            "pilotfish_k8s_discovery_relists_total",
+            "Watches restarted with a fresh list because the discoverySelectors' namespace selection changed, by kind."
+        ),
+        &["type"]
+    )
+    .expect("register pilotfish_k8s_discovery_relists_total")
+});
+
 /// Objects that could not be read into their type, by kind (skipped; the watch goes on).
 pub static K8S_DECODE_ERRORS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
@@ -133,6 +158,8 @@ mod tests {
             .with_label_values(&["VirtualService", "status"])
             .inc();
         K8S_WATCH_ERRORS.with_label_values(&["Lease"]).inc();
+        K8S_DISCOVERY_DROPPED.with_label_values(&["Pod"]).inc();
+        K8S_DISCOVERY_RELISTS.with_label_values(&["Pod"]).inc();
         K8S_DECODE_ERRORS
             .with_label_values(&["VirtualService"])
             .inc();

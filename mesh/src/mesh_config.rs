@@ -34,6 +34,54 @@ pub struct MeshConfig {
     /// `enableAutoMtls` (default true): sidecars originate Istio mutual TLS to endpoints
     /// that carry a sidecar, without a DestinationRule saying so.
     pub enable_auto_mtls: bool,
+    /// `discoverySelectors`: which namespaces the controller reads (any selector matching
+    /// a namespace's labels selects it; none: every namespace). Read by the controller
+    /// only; not part of a snapshot.
+    pub discovery_selectors: Vec<NamespaceSelector>,
+}
+
+/// A Kubernetes label selector (`matchLabels` and `matchExpressions`, all of which must
+/// hold), as MeshConfig's `discoverySelectors` holds them. An empty selector selects
+/// every namespace (Kubernetes' `labels.Everything()`, as Istio converts it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NamespaceSelector {
+    pub match_labels: std::collections::BTreeMap<String, String>,
+    pub match_expressions: Vec<LabelRequirement>,
+}
+
+/// One `matchExpressions` entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LabelRequirement {
+    pub key: String,
+    pub operator: LabelOperator,
+    pub values: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LabelOperator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+impl NamespaceSelector {
+    /// Whether `labels` satisfy every requirement (Kubernetes' selector semantics:
+    /// `NotIn` and `DoesNotExist` hold for a missing label).
+    pub fn matches(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|r| {
+                let value = labels.get(&r.key);
+                match r.operator {
+                    LabelOperator::In => value.is_some_and(|v| r.values.contains(v)),
+                    LabelOperator::NotIn => value.is_none_or(|v| !r.values.contains(v)),
+                    LabelOperator::Exists => value.is_some(),
+                    LabelOperator::DoesNotExist => value.is_none(),
+                }
+            })
+    }
 }
 
 impl Default for MeshConfig {
@@ -47,6 +95,7 @@ impl Default for MeshConfig {
             connect_timeout: Duration::from_secs(10),
             trust_domain: "cluster.local".to_string(),
             enable_auto_mtls: true,
+            discovery_selectors: Vec::new(),
         }
     }
 }
@@ -67,7 +116,8 @@ pub struct LoadedMeshConfig {
     pub ignored_fields: Vec<String>,
 }
 
-const KNOWN_FIELDS: [&str; 8] = [
+const KNOWN_FIELDS: [&str; 9] = [
+    "discoverySelectors",
     "rootNamespace",
     "outboundTrafficPolicy",
     "defaultServiceExportTo",
@@ -154,6 +204,9 @@ impl MeshConfig {
         if let Some(v) = obj.get("trustDomain") {
             config.trust_domain = string_field("trustDomain", v)?;
         }
+        if let Some(v) = obj.get("discoverySelectors") {
+            config.discovery_selectors = discovery_selectors(v)?;
+        }
         if let Some(v) = obj.get("enableAutoMtls") {
             config.enable_auto_mtls = v.as_bool().ok_or_else(|| MeshConfigError::Field {
                 field: "enableAutoMtls".into(),
@@ -182,6 +235,116 @@ fn string_field(field: &str, v: &Value) -> Result<String, MeshConfigError> {
         })
 }
 
+/// `discoverySelectors`, with the checks Kubernetes' `labels.NewRequirement` makes when
+/// Istio converts them (`LabelSelectorAsSelector`): a known operator, values for `In` and
+/// `NotIn`, none for `Exists` and `DoesNotExist`, a non-empty key. Istio logs such an
+/// error and keeps its previous filter; Pilotfish refuses the mesh config (at start) or
+/// keeps the previous one (on reload).
+fn discovery_selectors(v: &Value) -> Result<Vec<NamespaceSelector>, MeshConfigError> {
+    let field = "discoverySelectors";
+    let err = |path: String, reason: String| MeshConfigError::Field {
+        field: path,
+        reason,
+    };
+    let list = v
+        .as_array()
+        .ok_or_else(|| err(field.into(), "must be a list of label selectors".into()))?;
+    let mut out = Vec::new();
+    for (i, sel) in list.iter().enumerate() {
+        let path = format!("{field}[{i}]");
+        let mut selector = NamespaceSelector::default();
+        if sel.is_null() {
+            out.push(selector);
+            continue;
+        }
+        let obj = sel
+            .as_object()
+            .ok_or_else(|| err(path.clone(), "must be a label selector".into()))?;
+        for key in obj.keys() {
+            if key != "matchLabels" && key != "matchExpressions" {
+                return Err(err(
+                    format!("{path}.{key}"),
+                    "unknown field (a selector has matchLabels and matchExpressions)".into(),
+                ));
+            }
+        }
+        if let Some(labels) = obj.get("matchLabels").filter(|l| !l.is_null()) {
+            let labels = labels
+                .as_object()
+                .ok_or_else(|| err(format!("{path}.matchLabels"), "must be a mapping".into()))?;
+            for (k, val) in labels {
+                let item = format!("{path}.matchLabels[{k}]");
+                if k.is_empty() {
+                    return Err(err(item, "a label key cannot be empty".into()));
+                }
+                selector
+                    .match_labels
+                    .insert(k.clone(), string_field(&item, val)?);
+            }
+        }
+        if let Some(exprs) = obj.get("matchExpressions").filter(|l| !l.is_null()) {
+            let exprs = exprs
+                .as_array()
+                .ok_or_else(|| err(format!("{path}.matchExpressions"), "must be a list".into()))?;
+            for (j, e) in exprs.iter().enumerate() {
+                let item = format!("{path}.matchExpressions[{j}]");
+                let key = e
+                    .get("key")
+                    .map(|k| string_field(&format!("{item}.key"), k))
+                    .transpose()?
+                    .unwrap_or_default();
+                if key.is_empty() {
+                    return Err(err(
+                        format!("{item}.key"),
+                        "a label key cannot be empty".into(),
+                    ));
+                }
+                let op = e
+                    .get("operator")
+                    .map(|o| string_field(&format!("{item}.operator"), o))
+                    .transpose()?
+                    .unwrap_or_default();
+                let operator = match op.as_str() {
+                    "In" => LabelOperator::In,
+                    "NotIn" => LabelOperator::NotIn,
+                    "Exists" => LabelOperator::Exists,
+                    "DoesNotExist" => LabelOperator::DoesNotExist,
+                    other => {
+                        return Err(err(
+                            format!("{item}.operator"),
+                            format!("{other:?} is not a valid label selector operator"),
+                        ));
+                    }
+                };
+                let values = match e.get("values").filter(|v| !v.is_null()) {
+                    Some(v) => string_list_field(&format!("{item}.values"), v)?,
+                    None => Vec::new(),
+                };
+                let needs_values = matches!(operator, LabelOperator::In | LabelOperator::NotIn);
+                if needs_values && values.is_empty() {
+                    return Err(err(
+                        format!("{item}.values"),
+                        format!("{op} needs at least one value"),
+                    ));
+                }
+                if !needs_values && !values.is_empty() {
+                    return Err(err(
+                        format!("{item}.values"),
+                        format!("{op} takes no values"),
+                    ));
+                }
+                selector.match_expressions.push(LabelRequirement {
+                    key,
+                    operator,
+                    values,
+                });
+            }
+        }
+        out.push(selector);
+    }
+    Ok(out)
+}
+
 fn string_list_field(field: &str, v: &Value) -> Result<Vec<String>, MeshConfigError> {
     let list = v.as_array().ok_or_else(|| MeshConfigError::Field {
         field: field.to_string(),
@@ -196,6 +359,57 @@ fn string_list_field(field: &str, v: &Value) -> Result<Vec<String>, MeshConfigEr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn discovery_selectors_parse_and_match_like_kubernetes() {
+        let loaded = MeshConfig::from_yaml(
+            "discoverySelectors:\n- matchLabels: {env: prod}\n- matchExpressions:\n  - {key: team, operator: In, values: [a, b]}\n  - {key: legacy, operator: DoesNotExist}\n",
+        )
+        .unwrap();
+        assert!(loaded.ignored_fields.is_empty());
+        let sel = &loaded.config.discovery_selectors;
+        assert_eq!(sel.len(), 2);
+        let labels = |pairs: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert!(sel[0].matches(&labels(&[("env", "prod")])));
+        assert!(!sel[0].matches(&labels(&[("env", "dev")])));
+        assert!(sel[1].matches(&labels(&[("team", "a")])));
+        assert!(!sel[1].matches(&labels(&[("team", "a"), ("legacy", "")])));
+        assert!(!sel[1].matches(&labels(&[])));
+        assert!(
+            NamespaceSelector::default().matches(&labels(&[])),
+            "{{}} selects all"
+        );
+        let not_in = MeshConfig::from_yaml(
+            "discoverySelectors: [{matchExpressions: [{key: a, operator: NotIn, values: [x]}]}]",
+        )
+        .unwrap();
+        assert!(not_in.config.discovery_selectors[0].matches(&labels(&[])));
+        for (bad, path) in [
+            (
+                "[{matchExpressions: [{key: a, operator: Like, values: [x]}]}]",
+                "discoverySelectors[0].matchExpressions[0].operator",
+            ),
+            (
+                "[{matchExpressions: [{key: a, operator: In}]}]",
+                "discoverySelectors[0].matchExpressions[0].values",
+            ),
+            (
+                "[{matchExpressions: [{key: a, operator: Exists, values: [x]}]}]",
+                "discoverySelectors[0].matchExpressions[0].values",
+            ),
+            ("[{matchLabel: {a: b}}]", "discoverySelectors[0].matchLabel"),
+        ] {
+            match MeshConfig::from_yaml(&format!("discoverySelectors: {bad}")) {
+                Err(MeshConfigError::Field { field, .. }) => assert_eq!(field, path, "{bad}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn defaults_match_istio() {

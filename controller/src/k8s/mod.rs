@@ -4,7 +4,9 @@
 //! Public surface: [`KubeMode`] (settings) and [`KubeMode::tasks`], the long-lived
 //! tasks `main` supervises — one watcher per kind ([`watch`]), the Lease election
 //! ([`lease`]), the status writer ([`status`]: conditions and Events) and the loop that
-//! owns the stores ([`mode`], performing what the [`conductor`] decides). Any of them
+//! owns the stores ([`mode`], performing what the [`conductor`] decides), and, with a
+//! mesh config file, its reader ([`mesh_file`]). Namespaced watches keep only the
+//! namespaces MeshConfig's `discoverySelectors` select ([`discovery`]). Any of them
 //! ending ends the process.
 //!
 //! ```text
@@ -17,7 +19,9 @@
 pub mod ca_root;
 pub mod conductor;
 pub mod decode;
+pub mod discovery;
 pub mod lease;
+pub mod mesh_file;
 pub mod mode;
 pub mod status;
 pub mod store;
@@ -38,13 +42,14 @@ use tokio::sync::{mpsc, watch as channel};
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::AdminState;
+use discovery::Selection;
 use lease::{Leadership, LeaseConfig};
 use mode::ModeLoop;
 use pilotfish_shared::bus::Claim;
 use pilotfish_shared::pipeline::Pipeline;
 use pilotfish_shared::pipeline::seed::Seed;
 use status::writer::{EventSink, StatusWriter};
-use store::Watched;
+use store::{Stores, Watched};
 
 /// A named long-lived task for `main` to supervise.
 pub type Task = (&'static str, BoxFuture<'static, anyhow::Result<()>>);
@@ -60,6 +65,8 @@ pub struct KubeMode {
     pub lease: LeaseConfig,
     /// The mesh CA's Secret and root ConfigMaps (leader only); `None`: not managed.
     pub ca_root: Option<ca_root::CaRootConfig>,
+    /// The `--mesh-config` file, re-read when it changes (`None`: the defaults, fixed).
+    pub mesh_file: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for KubeMode {
@@ -72,7 +79,11 @@ impl std::fmt::Debug for KubeMode {
     }
 }
 
-fn watch_task<K: Watched>(client: Client, tx: mpsc::Sender<store::Update>) -> Task
+fn watch_task<K: Watched>(
+    client: Client,
+    tx: mpsc::Sender<store::Update>,
+    selection: Option<channel::Receiver<std::sync::Arc<Selection>>>,
+) -> Task
 where
     decode::Decoded<K>: kube::Resource<DynamicType = ()>,
 {
@@ -89,7 +100,12 @@ where
     };
     (
         name,
-        async move { watch::run::<K>(client, tx).await.map_err(Into::into) }.boxed(),
+        async move {
+            watch::run::<K>(client, tx, selection)
+                .await
+                .map_err(Into::into)
+        }
+        .boxed(),
     )
 }
 
@@ -129,17 +145,27 @@ impl KubeMode {
             std::sync::Arc::new(move || claim_view.borrow().holds(tokio::time::Instant::now()));
         let (jobs_tx, jobs_rx) = channel::channel(None);
         let client = self.client.clone();
-        let tasks = vec![
-            watch_task::<VirtualService>(client.clone(), updates_tx.clone()),
-            watch_task::<DestinationRule>(client.clone(), updates_tx.clone()),
-            watch_task::<ServiceEntry>(client.clone(), updates_tx.clone()),
-            watch_task::<PeerAuthentication>(client.clone(), updates_tx.clone()),
-            watch_task::<Service>(client.clone(), updates_tx.clone()),
-            watch_task::<EndpointSlice>(client.clone(), updates_tx.clone()),
-            watch_task::<Pod>(client.clone(), updates_tx.clone()),
-            watch_task::<Node>(client.clone(), updates_tx.clone()),
-            watch_task::<Namespace>(client.clone(), updates_tx),
+        // Before the namespaces are listed, selectors select nothing yet (`Pending`).
+        let (selection_tx, selection_rx) = channel::channel(std::sync::Arc::new(
+            Stores::default().selection(&self.base.mesh.discovery_selectors),
+        ));
+        let sel = || Some(selection_rx.clone());
+        let mut tasks = vec![
+            watch_task::<VirtualService>(client.clone(), updates_tx.clone(), sel()),
+            watch_task::<DestinationRule>(client.clone(), updates_tx.clone(), sel()),
+            watch_task::<ServiceEntry>(client.clone(), updates_tx.clone(), sel()),
+            watch_task::<PeerAuthentication>(client.clone(), updates_tx.clone(), sel()),
+            watch_task::<Service>(client.clone(), updates_tx.clone(), sel()),
+            watch_task::<EndpointSlice>(client.clone(), updates_tx.clone(), sel()),
+            watch_task::<Pod>(client.clone(), updates_tx.clone(), sel()),
+            watch_task::<Node>(client.clone(), updates_tx.clone(), None),
+            watch_task::<Namespace>(client.clone(), updates_tx, None),
         ];
+        let mesh_updates = self.mesh_file.clone().map(|path| {
+            let (tx, rx) = channel::channel(self.base.mesh.clone());
+            tasks.push(mesh_file::task(path, tx));
+            rx
+        });
         // On shutdown every task but the election simply ends; the election first
         // releases the Lease (a standby then takes over without waiting for expiry).
         let mut tasks: Vec<Task> = tasks
@@ -191,6 +217,8 @@ impl KubeMode {
             leadership: leadership_rx,
             status_jobs: jobs_tx,
             admin,
+            selection: selection_tx,
+            mesh_updates,
         };
         tasks.push((
             "controller loop",

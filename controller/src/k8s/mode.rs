@@ -30,11 +30,14 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::conductor::{Action, Conductor, Event, Notice, PublishResult};
+use super::discovery::Selection;
 use super::lease::Leadership;
 use super::status::plan::{BuildReport, StatusJob};
-use super::store::{Stores, Update};
+use super::store::{Stores, Summary, Update};
 use crate::admin::AdminState;
 use crate::metrics;
+use pilotfish_mesh::mesh_config::MeshConfig;
+use pilotfish_shared::pipeline::debounce::ChangeClass;
 
 /// The longest an epoch or publish flight may take before it counts as failed (and is
 /// retried with backoff). Above the bus's own per-command timeout, so its more specific
@@ -52,6 +55,11 @@ pub struct ModeLoop {
     pub leadership: watch::Receiver<Leadership>,
     pub status_jobs: watch::Sender<Option<Arc<StatusJob>>>,
     pub admin: AdminState,
+    /// The namespaces `discoverySelectors` select, for the namespaced watches; recomputed
+    /// here when the Namespace store or the mesh config changes.
+    pub selection: watch::Sender<Arc<Selection>>,
+    /// New mesh configs from the `--mesh-config` file (`None`: it never changes).
+    pub mesh_updates: Option<watch::Receiver<MeshConfig>>,
 }
 
 /// What the loop owns besides the conductor.
@@ -112,7 +120,23 @@ impl ModeLoop {
             let event = tokio::select! {
                 update = self.updates.recv() => {
                     let Some(update) = update else { bail!("every watch task is gone") };
-                    apply(&mut s.stores, update)
+                    let namespaces = update.kind == "Namespace";
+                    let event = apply(&mut s.stores, update);
+                    if namespaces {
+                        self.reselect(&mut s.stores);
+                    }
+                    event
+                }
+                mesh = mesh_changed(&mut self.mesh_updates) => {
+                    let Some(mesh) = mesh else { bail!("the mesh config reader is gone") };
+                    self.base.mesh = mesh;
+                    self.reselect(&mut s.stores);
+                    // A new mesh config changes what every build makes.
+                    Event::Applied {
+                        class: ChangeClass::Config,
+                        summary: Summary { updated: 1, ..Summary::default() },
+                        unsynced: s.stores.unsynced(),
+                    }
                 }
                 changed = self.leadership.changed() => {
                     if changed.is_err() {
@@ -148,6 +172,28 @@ impl ModeLoop {
             };
             self.drive(&mut s, &mut conductor, event).await;
         }
+    }
+
+    /// Recomputes the namespace selection; when it changed, drops what it leaves out of
+    /// the stores at once and tells the namespaced watches (which list afresh, bringing
+    /// the objects of newly selected namespaces).
+    fn reselect(&self, stores: &mut Stores) {
+        let next = stores.selection(&self.base.mesh.discovery_selectors);
+        if **self.selection.borrow() == next {
+            return;
+        }
+        let dropped = stores.retain_selected(&next);
+        match &next {
+            Selection::Only(set) => tracing::info!(
+                selected = set.len(),
+                dropped,
+                "discoverySelectors select {} namespace(s); listing their objects",
+                set.len()
+            ),
+            Selection::All => tracing::info!("no discoverySelectors: every namespace is read"),
+            Selection::Pending => {}
+        }
+        self.selection.send_replace(Arc::new(next));
     }
 
     /// Feeds `event` and performs the actions.
@@ -424,6 +470,18 @@ fn apply(stores: &mut Stores, update: Update) -> Event {
 async fn seed_opt(seed: &mut Option<Seed>) -> Option<SeedEvent> {
     match seed {
         Some(stream) => stream.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next mesh config, or nothing ever without a file to follow (`None`: the reader
+/// is gone).
+async fn mesh_changed(rx: &mut Option<watch::Receiver<MeshConfig>>) -> Option<MeshConfig> {
+    match rx {
+        Some(rx) => match rx.changed().await {
+            Ok(()) => Some(rx.borrow_and_update().clone()),
+            Err(_) => None,
+        },
         None => std::future::pending().await,
     }
 }

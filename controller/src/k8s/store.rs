@@ -197,6 +197,8 @@ pub struct NamespaceInfo {
     /// Being deleted: its objects are going away and are no longer served, so a
     /// namespace deletion drops its routes at once rather than object by object.
     pub terminating: bool,
+    /// What MeshConfig's `discoverySelectors` select namespaces by.
+    pub labels: BTreeMap<String, String>,
 }
 
 impl Watched for Namespace {
@@ -208,6 +210,7 @@ impl Watched for Namespace {
         NamespaceInfo {
             name: self.metadata.name.unwrap_or_default(),
             terminating: self.metadata.deletion_timestamp.is_some() || phase == Some("Terminating"),
+            labels: self.metadata.labels.unwrap_or_default(),
         }
     }
     fn same_for_mesh(a: &NamespaceInfo, b: &NamespaceInfo) -> bool {
@@ -351,6 +354,16 @@ impl<T> KindStore<T> {
     /// The fields Pilotfish does not know, of each stored object that has some.
     pub fn unknown_fields(&self) -> &BTreeMap<ObjectKey, Vec<String>> {
         &self.unknown_fields
+    }
+
+    /// Drops every object (and record of one) whose namespace `keep` refuses; returns how
+    /// many objects went.
+    pub fn retain_namespaces(&mut self, keep: &dyn Fn(&str) -> bool) -> usize {
+        let before = self.objects.len();
+        self.objects.retain(|(ns, _), _| keep(ns));
+        self.failures.retain(|(ns, _), _| keep(ns));
+        self.unknown_fields.retain(|(ns, _), _| keep(ns));
+        before - self.objects.len()
     }
 
     /// Applies one change. `same_for_mesh` / `same_status` are the kind's rules.
@@ -528,6 +541,34 @@ impl Stores {
 
     pub fn all_synced(&self) -> bool {
         self.unsynced().is_empty()
+    }
+
+    /// Drops the namespaced objects of namespaces `selection` leaves out (a narrower
+    /// `discoverySelectors` selection applies at once; the watches list afresh for a wider
+    /// one). Returns how many objects went.
+    pub fn retain_selected(&mut self, selection: &super::discovery::Selection) -> usize {
+        let keep = |ns: &str| selection.allows(ns);
+        self.virtual_services.retain_namespaces(&keep)
+            + self.destination_rules.retain_namespaces(&keep)
+            + self.service_entries.retain_namespaces(&keep)
+            + self.peer_authentications.retain_namespaces(&keep)
+            + self.services.retain_namespaces(&keep)
+            + self.endpoint_slices.retain_namespaces(&keep)
+            + self.pods.retain_namespaces(&keep)
+    }
+
+    /// The current namespace selection of `selectors`.
+    pub fn selection(
+        &self,
+        selectors: &[pilotfish_mesh::mesh_config::NamespaceSelector],
+    ) -> super::discovery::Selection {
+        super::discovery::select(
+            selectors,
+            self.namespaces.synced(),
+            self.namespaces
+                .values()
+                .map(|n| (n.name.as_str(), &n.labels)),
+        )
     }
 
     /// Object counts by kind, for `/debug/leader`.
@@ -962,6 +1003,7 @@ mod tests {
                 NamespaceInfo {
                     name: "old".into(),
                     terminating: true,
+                    labels: BTreeMap::new(),
                 },
                 Vec::new(),
             ),

@@ -298,11 +298,27 @@ impl Replica {
         seed: Option<Seed>,
         timings: LeaseTimings,
     ) -> Replica {
+        Self::start_configured(cluster, identity, publisher, seed, timings, None)
+    }
+
+    /// Like [`Replica::start_seeded`], with `--mesh-config FILE` (read now, and followed
+    /// as `main` follows it).
+    pub fn start_configured(
+        cluster: &Cluster,
+        identity: &str,
+        publisher: Arc<dyn SnapshotPublisher>,
+        seed: Option<Seed>,
+        timings: LeaseTimings,
+        mesh_file: Option<&std::path::Path>,
+    ) -> Replica {
         let admin = AdminState::default();
         let shutdown = CancellationToken::new();
+        let mesh = pilotfish_shared::cli::load_mesh_config(mesh_file).expect("mesh config");
         let mode = KubeMode {
             client: cluster.client(),
+            mesh_file: mesh_file.map(std::path::Path::to_path_buf),
             base: BuildInputs {
+                mesh,
                 cluster_domain: "cluster.local".into(),
                 ..Default::default()
             },

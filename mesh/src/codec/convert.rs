@@ -45,6 +45,9 @@ pub fn mesh_from_pb(m: pb::MeshSettings) -> MeshConfig {
         connect_timeout: Duration::from_millis(m.connect_timeout_ms),
         trust_domain: m.trust_domain,
         enable_auto_mtls: !m.disable_auto_mtls,
+        // The controller's namespace filter: objects of unselected namespaces never reach
+        // a snapshot, so replicas need no selectors.
+        discovery_selectors: Vec::new(),
     }
 }
 

@@ -212,14 +212,10 @@ pub fn service_from_k8s(svc: &KubeService, domain: &str) -> Result<Service, Vec<
         .annotations
         .as_ref()
         .and_then(|a| a.get(EXPORT_TO_ANNOTATION))
-        .map(|v| {
-            ExportTo(
-                v.split(',')
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty())
-                    .collect(),
-            )
-        })
+        // As Istio's kube registry reads it: split on commas, each entry trimmed, not
+        // validated (an entry naming no namespace shows the Service to no one more).
+        .filter(|v| !v.is_empty())
+        .map(|v| ExportTo(v.split(',').map(|s| s.trim().to_string()).collect()))
         .unwrap_or_default();
     Ok(Service {
         hostname: format!("{name}.{namespace}.svc.{domain}"),

@@ -174,32 +174,11 @@ pub enum ServiceOrigin {
     },
 }
 
-/// Namespaces a service or config is visible to (Istio `exportTo`).
-///
-/// Stored as written (`*`, `.`, `~` or namespace names) and interpreted relative to the
-/// owner's namespace by [`ExportTo::is_visible_to`].
+/// Namespaces a service is exported to (Istio `exportTo`), stored as written (`*`, `.`,
+/// `~` or namespace names; empty: the mesh default). Read only by
+/// `push_context::visibility`, which applies Istio's rules and the mesh default.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct ExportTo(pub Vec<String>);
-
-impl ExportTo {
-    pub fn public() -> ExportTo {
-        ExportTo(vec!["*".to_string()])
-    }
-
-    /// Whether a proxy in `namespace` sees an object owned by `owner_namespace`.
-    /// An empty list means public (Istio's default when the mesh sets no other default).
-    pub fn is_visible_to(&self, owner_namespace: &str, namespace: &str) -> bool {
-        if self.0.is_empty() {
-            return true;
-        }
-        self.0.iter().any(|e| match e.as_str() {
-            "*" => true,
-            "~" => false,
-            "." => owner_namespace == namespace,
-            ns => ns == namespace,
-        })
-    }
-}
 
 /// A service of the mesh: Kubernetes Service or one host of a ServiceEntry.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -242,11 +221,6 @@ impl Service {
 
     pub fn port_by_name(&self, name: &str) -> Option<&ServicePort> {
         self.ports.iter().find(|p| p.name == name)
-    }
-
-    /// Whether a proxy in `namespace` can see this service.
-    pub fn is_visible_to(&self, namespace: &str) -> bool {
-        self.export_to.is_visible_to(&self.namespace, namespace)
     }
 
     /// Whether `hostname` is a wildcard host (`*.example.com`).
@@ -320,19 +294,5 @@ mod tests {
         for p in ALL_PROTOCOLS {
             assert_eq!(Protocol::from_canonical(p.as_str()), Some(p));
         }
-    }
-
-    #[test]
-    fn export_to_visibility() {
-        let public = ExportTo::default();
-        assert!(public.is_visible_to("a", "b"));
-        let local = ExportTo(vec![".".into()]);
-        assert!(local.is_visible_to("a", "a"));
-        assert!(!local.is_visible_to("a", "b"));
-        let named = ExportTo(vec!["b".into(), "c".into()]);
-        assert!(named.is_visible_to("a", "c"));
-        assert!(!named.is_visible_to("a", "a"));
-        let none = ExportTo(vec!["~".into()]);
-        assert!(!none.is_visible_to("a", "a"));
     }
 }

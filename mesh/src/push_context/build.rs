@@ -17,7 +17,7 @@ use super::validate::{
 };
 use super::{
     Config, ConfigMeta, DestinationRuleConfig, MeshData, PeerAuthenticationConfig, PushContext,
-    VirtualServiceConfig, config_age_order, delegate, effective_export_to,
+    VirtualServiceConfig, config_age_order, delegate, visibility,
 };
 use crate::api::{
     DestinationRule, PeerAuthentication, ServiceEntry, VirtualService, VirtualServiceSpec,
@@ -29,7 +29,7 @@ use crate::model::kube::{
     PodIndex, creation_ms, endpoints_from_slices, namespace_of, pod_index, service_from_k8s,
     slice_service,
 };
-use crate::model::{ExportTo, PodInfo, Service, ServiceEndpoints, ServiceOrigin};
+use crate::model::{PodInfo, Service, ServiceEndpoints, ServiceOrigin};
 
 /// Everything the builder reads. Shared `Arc`s so callers hand over their stores cheaply.
 #[derive(Clone, Debug, Default)]
@@ -207,9 +207,10 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         subsets.add(
             &dr.spec.host,
             &dr.meta.namespace,
-            effective_export_to(
-                &ExportTo(dr.spec.export_to.clone()),
+            visibility::Exported::resolve(
+                &dr.spec.export_to,
                 &inputs.mesh.default_destination_rule_export_to,
+                &dr.meta.namespace,
             ),
             dr.spec.subsets.iter().map(|s| s.name.clone()),
         );
@@ -243,13 +244,22 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         .filter(|(_, spec)| spec.hosts.is_empty())
         .map(|(m, spec)| ((m.namespace.clone(), m.name.clone()), spec))
         .collect();
+    let mesh = &inputs.mesh;
     let mut used_delegates = HashSet::new();
     let mut virtual_services: Vec<Arc<VirtualServiceConfig>> = Vec::new();
     for (meta, spec) in accepted.iter().filter(|(_, spec)| !spec.hosts.is_empty()) {
         let key = ConfigKey::new(ConfigKind::VirtualService, &meta.namespace, &meta.name);
         let expanded = delegate::expand(spec, |ns, name| {
             used_delegates.insert((ns.to_string(), name.to_string()));
-            delegates.get(&(ns.to_string(), name.to_string())).copied()
+            match delegates.get(&(ns.to_string(), name.to_string())) {
+                None => delegate::Found::Missing,
+                Some(d)
+                    if visibility::delegate_visible(mesh, ns, &d.export_to, &meta.namespace) =>
+                {
+                    delegate::Found::Usable(d)
+                }
+                Some(_) => delegate::Found::NotExported,
+            }
         });
         match expanded {
             Ok((spec, warnings)) => {

@@ -12,13 +12,24 @@ pub type Conflict = String;
 /// A finding about one field: `(path, reason)`.
 pub type FieldFinding = (String, String);
 
+/// What a root finds under a delegate's name.
+pub enum Found<'a> {
+    /// An accepted delegate exported to the root's namespace.
+    Usable(&'a VirtualServiceSpec),
+    /// An accepted delegate whose `exportTo` leaves out the root's namespace: Istio skips
+    /// the delegating route (with a warning) and serves the rest.
+    NotExported,
+    /// No accepted VirtualService of that name.
+    Missing,
+}
+
 /// Expands the delegate routes of `root`. `lookup(namespace, name)` finds an accepted
 /// delegate. Returns the expanded spec, or the path and reason of the first broken
-/// delegate reference. Match combinations that conflict are dropped and reported as
-/// warnings `(path, reason)`.
+/// delegate reference. Match combinations that conflict, and routes to delegates not
+/// exported to the root's namespace, are dropped and reported as warnings `(path, reason)`.
 pub fn expand<'a>(
     root: &VirtualServiceSpec,
-    mut lookup: impl FnMut(&str, &str) -> Option<&'a VirtualServiceSpec>,
+    mut lookup: impl FnMut(&str, &str) -> Found<'a>,
 ) -> Result<(VirtualServiceSpec, Vec<FieldFinding>), FieldFinding> {
     let mut out = root.clone();
     let mut warnings = Vec::new();
@@ -30,11 +41,23 @@ pub fn expand<'a>(
         };
         let name = d.name.clone().unwrap_or_default();
         let ns = d.namespace.clone().unwrap_or_default();
-        let Some(delegate) = lookup(&ns, &name) else {
-            return Err((
-                format!("spec.http[{i}].delegate"),
-                format!("delegate VirtualService {ns}/{name} does not exist or is not valid"),
-            ));
+        let delegate = match lookup(&ns, &name) {
+            Found::Usable(delegate) => delegate,
+            Found::NotExported => {
+                warnings.push((
+                    format!("spec.http[{i}].delegate"),
+                    format!(
+                        "delegate VirtualService {ns}/{name} is not exported to this namespace (its exportTo); the route is skipped"
+                    ),
+                ));
+                continue;
+            }
+            Found::Missing => {
+                return Err((
+                    format!("spec.http[{i}].delegate"),
+                    format!("delegate VirtualService {ns}/{name} does not exist or is not valid"),
+                ));
+            }
         };
         if !delegate.hosts.is_empty() {
             return Err((
@@ -244,7 +267,11 @@ mod tests {
             ..Default::default()
         };
         let (out, warnings) = expand(&root, |ns, name| {
-            (ns == "ns" && name == "pp").then_some(&delegate)
+            if ns == "ns" && name == "pp" {
+                Found::Usable(&delegate)
+            } else {
+                Found::Missing
+            }
         })
         .unwrap();
         assert!(warnings.is_empty());
@@ -284,11 +311,14 @@ mod tests {
             http: vec![outside, route_to("y")],
             ..Default::default()
         };
-        let (out, warnings) = expand(&root, |_, _| Some(&delegate)).unwrap();
+        let (out, warnings) = expand(&root, |_, _| Found::Usable(&delegate)).unwrap();
         assert_eq!(out.http.len(), 1);
         assert_eq!(warnings.len(), 1);
         assert!(warnings[0].1.contains("not within"), "{warnings:?}");
-        let err = expand(&root, |_, _| None).unwrap_err();
+        let err = expand(&root, |_, _| Found::Missing).unwrap_err();
         assert_eq!(err.0, "spec.http[0].delegate");
+        let (out, warnings) = expand(&root, |_, _| Found::NotExported).unwrap();
+        assert!(out.http.is_empty(), "the delegating route is skipped");
+        assert!(warnings[0].1.contains("not exported"), "{warnings:?}");
     }
 }

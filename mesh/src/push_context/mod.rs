@@ -6,7 +6,7 @@
 //! several namespaces, which VirtualService routes a host, and which DestinationRule
 //! applies to a proxy (proxy namespace, then the service's namespace, then the root
 //! namespace; workload-selector rules before general ones; most specific host first;
-//! same-host rules merged oldest first), and which mutual TLS mode a workload's inbound
+//! same-host rules merged oldest first), each subject to `exportTo` (`visibility`), and which mutual TLS mode a workload's inbound
 //! ports take from PeerAuthentications (mesh, namespace, workload; `peer_authn`).
 
 mod build;
@@ -18,6 +18,7 @@ pub mod peer_authn;
 mod references;
 mod service_entry;
 mod validate;
+pub mod visibility;
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -28,7 +29,7 @@ use xxhash_rust::xxh3::Xxh3Default;
 use crate::api::{DestinationRuleSpec, PeerAuthenticationSpec, VirtualServiceSpec};
 use crate::config::{ConfigKey, ConfigKind};
 use crate::mesh_config::MeshConfig;
-use crate::model::{ExportTo, Proxy, Service, ServiceEndpoints, labels_match};
+use crate::model::{Proxy, Service, ServiceEndpoints};
 
 pub use build::{BuildInputs, BuildOutput, build, build_endpoints_only};
 pub use diff::{ChangeSummary, diff};
@@ -37,6 +38,7 @@ pub use validate::{
     validate_destination_rule, validate_peer_authentication, validate_service_entry,
     validate_virtual_service,
 };
+use visibility::DestinationRuleIndex;
 
 /// Metadata kept for an accepted config object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,8 +113,8 @@ pub struct PushContext {
     /// are kept apart because they need a scan.
     vs_by_host: HashMap<String, Vec<usize>>,
     vs_wildcards: Vec<(String, usize)>,
-    dr_by_host: HashMap<String, Vec<usize>>,
-    dr_wildcards: Vec<(String, usize)>,
+    /// DestinationRules as Istio indexes them for `exportTo` (`visibility`).
+    dr_index: DestinationRuleIndex,
     /// namespace → indexes into `data.peer_authentications`.
     pa_by_namespace: HashMap<String, Vec<usize>>,
 }
@@ -190,9 +192,7 @@ impl PushContext {
                 }
             }
         }
-        let mut dr_by_host: HashMap<String, Vec<usize>> = HashMap::new();
-        let mut dr_wildcards = Vec::new();
-        for (i, dr) in data.destination_rules.iter().enumerate() {
+        for dr in &data.destination_rules {
             hashes.configs.insert(
                 ConfigKey::new(
                     ConfigKind::DestinationRule,
@@ -201,12 +201,8 @@ impl PushContext {
                 ),
                 spec_hash(&dr.meta, &dr.spec),
             );
-            if dr.spec.host.starts_with('*') {
-                dr_wildcards.push((dr.spec.host.clone(), i));
-            } else {
-                dr_by_host.entry(dr.spec.host.clone()).or_default().push(i);
-            }
         }
+        let dr_index = DestinationRuleIndex::build(&data.mesh, &data.destination_rules);
         let mut pa_by_namespace: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, pa) in data.peer_authentications.iter().enumerate() {
             hashes.configs.insert(
@@ -229,8 +225,7 @@ impl PushContext {
             endpoints_by_service,
             vs_by_host,
             vs_wildcards,
-            dr_by_host,
-            dr_wildcards,
+            dr_index,
             pa_by_namespace,
         }
     }
@@ -285,9 +280,9 @@ impl PushContext {
         out
     }
 
-    fn service_visible(&self, s: &Service, namespace: &str) -> bool {
-        effective_export_to(&s.export_to, &self.data.mesh.default_service_export_to)
-            .is_visible_to(&s.namespace, namespace)
+    /// Whether a proxy in `namespace` sees `s` (its `exportTo`, else the mesh default).
+    pub fn service_visible(&self, s: &Service, namespace: &str) -> bool {
+        visibility::service_visible(&self.data.mesh, s, namespace)
     }
 
     /// Endpoints of `service` (all ports).
@@ -346,14 +341,26 @@ impl PushContext {
     /// Whether a VirtualService applies to sidecars and proxyless clients in `namespace`:
     /// visible there, and bound to the `mesh` gateway (empty `gateways` means `mesh`).
     pub fn virtual_service_applies(&self, vs: &VirtualServiceConfig, namespace: &str) -> bool {
+        self.virtual_service_reach(vs, namespace).is_some()
+    }
+
+    /// How a proxy in `namespace` sees a `mesh`-bound VirtualService (`None`: not at all).
+    fn virtual_service_reach(
+        &self,
+        vs: &VirtualServiceConfig,
+        namespace: &str,
+    ) -> Option<visibility::Reach> {
         let mesh_bound =
             vs.spec.gateways.is_empty() || vs.spec.gateways.iter().any(|g| g == "mesh");
-        mesh_bound
-            && effective_export_to(
-                &ExportTo(vs.spec.export_to.clone()),
-                &self.data.mesh.default_virtual_service_export_to,
-            )
-            .is_visible_to(&vs.meta.namespace, namespace)
+        if !mesh_bound {
+            return None;
+        }
+        visibility::virtual_service_reach(
+            &self.data.mesh,
+            &vs.meta.namespace,
+            &vs.spec.export_to,
+            namespace,
+        )
     }
 
     /// VirtualServices that apply to a proxy in `namespace`, oldest first.
@@ -369,8 +376,10 @@ impl PushContext {
     }
 
     /// The VirtualService that routes `hostname` for a proxy in `namespace`: the most
-    /// specific matching host wins, then the oldest config (Istio's sidecar rule: one
-    /// VirtualService per host; later ones are ignored for that host).
+    /// specific matching host wins; for equal hosts, Istio's list order decides — exported
+    /// privately to the proxy's namespace, then exported to it by name, then public, the
+    /// oldest first within each (one VirtualService per host; later ones are ignored for
+    /// that host).
     pub fn virtual_service_for_host(
         &self,
         hostname: &str,
@@ -390,126 +399,38 @@ impl PushContext {
         exact
             .chain(wild)
             .map(|(pattern, i)| (pattern, &self.data.virtual_services[i]))
-            .filter(|(_, vs)| self.virtual_service_applies(vs, namespace))
-            .min_by(|(pa, a), (pb, b)| {
+            .filter_map(|(pattern, vs)| {
+                self.virtual_service_reach(vs, namespace)
+                    .map(|reach| (pattern, reach, vs))
+            })
+            .min_by(|(pa, ra, a), (pb, rb, b)| {
                 hosts::specificity(pb)
                     .cmp(&hosts::specificity(pa))
+                    .then_with(|| ra.cmp(rb))
                     .then_with(|| config_age_order(&a.meta, &b.meta))
             })
-            .map(|(_, vs)| vs)
+            .map(|(_, _, vs)| vs)
     }
 
     /// The DestinationRule for traffic from `proxy` to `hostname` (a service in
-    /// `service_namespace`, when known). Istio's lookup order: the proxy's namespace, then
-    /// the service's namespace, then the root namespace; within one namespace, rules whose
-    /// `workloadSelector` matches the proxy come before rules without one, the most
-    /// specific host wins, and rules for the same host are merged oldest first.
+    /// `service_namespace`, when known), with Istio 1.30's lookup: the proxy's namespace,
+    /// then the service's namespace, then the root namespace, each subject to `exportTo`;
+    /// the most specific host in the first namespace that has one; workload-selector rules
+    /// of the proxy's own namespace first; same-host rules with equal `exportTo` merged
+    /// oldest first ([`visibility::DestinationRuleIndex`]).
     pub fn destination_rule(
         &self,
         proxy: &Proxy,
         hostname: &str,
         service_namespace: Option<&str>,
     ) -> Option<EffectiveDestinationRule> {
-        let candidates: Vec<(&str, &Arc<DestinationRuleConfig>)> = self
-            .dr_by_host
-            .get(hostname)
-            .into_iter()
-            .flatten()
-            .map(|&i| (hostname, &self.data.destination_rules[i]))
-            .chain(
-                self.dr_wildcards
-                    .iter()
-                    .filter(|(p, _)| hosts::host_matches(p, hostname))
-                    .map(|(p, i)| (p.as_str(), &self.data.destination_rules[*i])),
-            )
-            .filter(|(_, dr)| {
-                effective_export_to(
-                    &ExportTo(dr.spec.export_to.clone()),
-                    &self.data.mesh.default_destination_rule_export_to,
-                )
-                .is_visible_to(&dr.meta.namespace, &proxy.namespace)
-            })
-            .filter(|(_, dr)| match &dr.spec.workload_selector {
-                None => true,
-                // A selector rule applies only to matching workloads of its own namespace
-                // (or of any namespace when it lives in the root namespace).
-                Some(sel) => {
-                    (dr.meta.namespace == proxy.namespace
-                        || dr.meta.namespace == self.data.mesh.root_namespace)
-                        && labels_match(&sel.match_labels, &proxy.labels)
-                }
-            })
-            .collect();
-        if candidates.is_empty() {
-            return None;
-        }
-        let root = self.data.mesh.root_namespace.as_str();
-        let mut tiers = vec![proxy.namespace.as_str()];
-        tiers.extend(service_namespace);
-        tiers.push(root);
-        for tier in tiers {
-            let in_tier: Vec<_> = candidates
-                .iter()
-                .filter(|(_, dr)| dr.meta.namespace == tier)
-                .collect();
-            if in_tier.is_empty() {
-                continue;
-            }
-            let with_selector: Vec<_> = in_tier
-                .iter()
-                .filter(|(_, dr)| dr.spec.workload_selector.is_some())
-                .copied()
-                .collect();
-            let pool = if with_selector.is_empty() {
-                in_tier
-            } else {
-                with_selector
-            };
-            let best = pool.iter().map(|(p, _)| hosts::specificity(p)).max()?;
-            let mut chosen: Vec<&Arc<DestinationRuleConfig>> = pool
-                .iter()
-                .filter(|(p, _)| hosts::specificity(p) == best)
-                .map(|(_, dr)| *dr)
-                .collect();
-            chosen.sort_by(|a, b| config_age_order(&a.meta, &b.meta));
-            return Some(merge_destination_rules(&chosen));
-        }
-        None
+        self.dr_index.lookup(proxy, hostname, service_namespace)
     }
 }
 
 /// Oldest first; ties broken by namespace then name so the order is total and stable.
 pub(crate) fn config_age_order(a: &ConfigMeta, b: &ConfigMeta) -> std::cmp::Ordering {
     (a.creation_ms, &a.namespace, &a.name).cmp(&(b.creation_ms, &b.namespace, &b.name))
-}
-
-fn effective_export_to(own: &ExportTo, mesh_default: &[String]) -> ExportTo {
-    if own.0.is_empty() {
-        ExportTo(mesh_default.to_vec())
-    } else {
-        own.clone()
-    }
-}
-
-/// Merges same-host DestinationRules (oldest first), as Istio does: the oldest rule's
-/// traffic policy and settings win; subsets of later rules are added unless a subset of
-/// that name already exists.
-fn merge_destination_rules(rules: &[&Arc<DestinationRuleConfig>]) -> EffectiveDestinationRule {
-    let mut spec = rules[0].spec.clone();
-    for later in &rules[1..] {
-        if spec.traffic_policy.is_none() {
-            spec.traffic_policy = later.spec.traffic_policy.clone();
-        }
-        for subset in &later.spec.subsets {
-            if !spec.subsets.iter().any(|s| s.name == subset.name) {
-                spec.subsets.push(subset.clone());
-            }
-        }
-    }
-    EffectiveDestinationRule {
-        spec,
-        sources: rules.iter().map(|r| r.meta.clone()).collect(),
-    }
 }
 
 #[cfg(test)]

@@ -8,8 +8,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::api::{Destination, VirtualServiceSpec};
 use crate::config::{ConfigError, ConfigKey};
-use crate::model::ExportTo;
 use crate::push_context::hosts::host_matches;
+use crate::push_context::visibility::Exported;
 
 /// Host names of the known services, indexed for lookups by concrete host.
 #[derive(Clone, Debug, Default)]
@@ -49,7 +49,7 @@ pub struct SubsetIndex {
 struct SubsetEntry {
     host: String,
     namespace: String,
-    export_to: ExportTo,
+    export_to: Exported,
     subsets: BTreeSet<String>,
 }
 
@@ -59,7 +59,7 @@ impl SubsetIndex {
         &mut self,
         host: &str,
         namespace: &str,
-        export_to: ExportTo,
+        export_to: Exported,
         subsets: impl IntoIterator<Item = String>,
     ) {
         let entry = SubsetEntry {
@@ -83,7 +83,7 @@ impl SubsetIndex {
             .iter()
             .filter(|e| host_matches(&e.host, host));
         exact.chain(wild).any(|e| {
-            e.export_to.is_visible_to(&e.namespace, namespace) && e.subsets.contains(subset)
+            e.export_to.reach(&e.namespace, namespace).is_some() && e.subsets.contains(subset)
         })
     }
 }
@@ -167,7 +167,7 @@ mod tests {
         subsets.add(
             "reviews.default.svc.cluster.local",
             "default",
-            ExportTo::default(),
+            Exported::Public,
             ["v1".to_string()],
         );
         let spec: VirtualServiceSpec = serde_json::from_value(serde_json::json!({

@@ -434,3 +434,309 @@ fn endpoint_only_changes_are_recognised_and_the_cheap_path_matches_a_full_build(
     assert!(!summary.is_endpoints_only());
     assert_eq!(summary.configs.len(), 1);
 }
+
+/// Istio 1.30's DestinationRule lookup under `exportTo` (push_context.go
+/// `setDestinationRules`, `destinationRule`, `getExportedDestinationRuleFromNamespace`;
+/// destination_rule.go `mergeDestinationRule`; sidecar.go `SidecarScope.DestinationRule`).
+#[test]
+fn destination_rule_export_to_follows_istio() {
+    let host = "reviews.bookinfo.svc.cluster.local";
+    let build_with = |docs: &[String], mesh_default: &[&str]| {
+        let mut i = inputs(
+            &[REVIEWS.to_string()]
+                .iter()
+                .chain(docs)
+                .cloned()
+                .collect::<String>(),
+        );
+        i.mesh.default_destination_rule_export_to =
+            mesh_default.iter().map(|s| s.to_string()).collect();
+        build(&i, None).context
+    };
+    let subsets = |ctx: &PushContext, p: &Proxy| -> Vec<String> {
+        ctx.destination_rule(p, host, Some("bookinfo"))
+            .map(|d| d.spec.subsets.iter().map(|s| s.name.clone()).collect())
+            .unwrap_or_default()
+    };
+    let t = |n: u32| format!("2020-01-0{n}T00:00:00Z");
+
+    // A rule exported by name to a client namespace, living in neither the client's, the
+    // service's nor the root namespace, is never consulted.
+    let ctx = build_with(
+        &[dr(
+            "third",
+            "named",
+            host,
+            "  exportTo: [client]\n  subsets: [{name: third}]\n",
+            &t(1),
+        )],
+        &[],
+    );
+    assert!(subsets(&ctx, &proxy("client", &[])).is_empty());
+
+    // Exported by name from the service's namespace: seen by that client only.
+    let ctx = build_with(
+        &[dr(
+            "bookinfo",
+            "named",
+            host,
+            "  exportTo: [client]\n  subsets: [{name: svc}]\n",
+            &t(1),
+        )],
+        &[],
+    );
+    assert_eq!(subsets(&ctx, &proxy("client", &[])), ["svc"]);
+    assert!(subsets(&ctx, &proxy("other", &[])).is_empty());
+    assert!(
+        subsets(&ctx, &proxy("bookinfo", &[])).is_empty(),
+        "exported by name only: not visible at home"
+    );
+
+    // The mesh default `.` makes rules without exportTo private; an explicit `*` is not.
+    let docs = [
+        dr(
+            "bookinfo",
+            "plain",
+            host,
+            "  subsets: [{name: plain}]\n",
+            &t(1),
+        ),
+        dr(
+            "istio-system",
+            "root",
+            "\"*.cluster.local\"",
+            "  exportTo: [\"*\"]\n  subsets: [{name: root}]\n",
+            &t(2),
+        ),
+    ];
+    let ctx = build_with(&docs, &["."]);
+    assert_eq!(subsets(&ctx, &proxy("client", &[])), ["root"]);
+    assert_eq!(subsets(&ctx, &proxy("bookinfo", &[])), ["plain"]);
+    // ... and a default naming namespaces does not restrict a rule without exportTo
+    // (Istio honours only `.` in defaultDestinationRuleExportTo).
+    let ctx = build_with(&docs, &["elsewhere"]);
+    assert_eq!(subsets(&ctx, &proxy("client", &[])), ["plain"]);
+
+    // Workload-selector rules apply only to their own namespace's workloads, the root
+    // namespace's included; a namespace whose most specific rule for the host is a
+    // selector rule that does not match gets no rule at all.
+    let docs = [
+        dr(
+            "istio-system",
+            "root-sel",
+            host,
+            "  workloadSelector: {matchLabels: {app: a}}\n  subsets: [{name: root-sel}]\n",
+            &t(1),
+        ),
+        dr(
+            "client",
+            "sel",
+            host,
+            "  workloadSelector: {matchLabels: {app: a}}\n  subsets: [{name: sel}]\n",
+            &t(2),
+        ),
+        dr("bookinfo", "svc", host, "  subsets: [{name: svc}]\n", &t(3)),
+    ];
+    let ctx = build_with(&docs, &[]);
+    assert_eq!(subsets(&ctx, &proxy("client", &[("app", "a")])), ["sel"]);
+    assert!(subsets(&ctx, &proxy("client", &[("app", "b")])).is_empty());
+    assert_eq!(
+        subsets(&ctx, &proxy("other", &[("app", "a")])),
+        ["svc"],
+        "a root selector rule is private to the root namespace"
+    );
+    assert_eq!(
+        subsets(&ctx, &proxy("istio-system", &[("app", "a")])),
+        ["root-sel"]
+    );
+
+    // Enhanced merge: same-host rules merge only with equal exportTo; otherwise each
+    // stands alone and the later one wins where both are visible.
+    let docs = [
+        dr("bookinfo", "old", host, "  subsets: [{name: v1}]\n", &t(1)),
+        dr("bookinfo", "same", host, "  subsets: [{name: v2}]\n", &t(2)),
+        dr(
+            "bookinfo",
+            "private",
+            host,
+            "  exportTo: [\".\"]\n  subsets: [{name: v3}]\n",
+            &t(3),
+        ),
+    ];
+    let ctx = build_with(&docs, &[]);
+    assert_eq!(subsets(&ctx, &proxy("client", &[])), ["v1", "v2"]);
+    assert_eq!(subsets(&ctx, &proxy("bookinfo", &[])), ["v3"]);
+    let merged = ctx
+        .destination_rule(&proxy("client", &[]), host, Some("bookinfo"))
+        .unwrap();
+    let from: Vec<_> = merged.sources.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(from, ["old", "same"]);
+
+    // A proxy in the root namespace looks at the root's private rules first, then the
+    // service namespace's exported ones.
+    let docs = [
+        dr(
+            "istio-system",
+            "public",
+            host,
+            "  subsets: [{name: public}]\n",
+            &t(1),
+        ),
+        dr("bookinfo", "svc", host, "  subsets: [{name: svc}]\n", &t(2)),
+    ];
+    let ctx = build_with(&docs, &[]);
+    assert_eq!(subsets(&ctx, &proxy("istio-system", &[])), ["svc"]);
+}
+
+#[test]
+fn virtual_service_export_to_tiers_and_mesh_default() {
+    let vs = |ns: &str, name: &str, extra: &str, created: &str| {
+        format!(
+            "---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: {name}, namespace: {ns}, creationTimestamp: \"{created}\"}}\nspec:\n  hosts: [reviews.bookinfo.svc.cluster.local]\n{extra}  http: [{{route: [{{destination: {{host: reviews.bookinfo.svc.cluster.local}}}}]}}]\n"
+        )
+    };
+    let yaml = [
+        REVIEWS.to_string(),
+        vs("bookinfo", "public", "", "2019-01-01T00:00:00Z"),
+        vs(
+            "client",
+            "named",
+            "  exportTo: [client2]\n",
+            "2020-01-01T00:00:00Z",
+        ),
+        vs(
+            "client2",
+            "private",
+            "  exportTo: [\".\"]\n",
+            "2021-01-01T00:00:00Z",
+        ),
+        vs(
+            "client3",
+            "own-public",
+            "  exportTo: [\"*\"]\n",
+            "2022-01-01T00:00:00Z",
+        ),
+        vs(
+            "client4",
+            "own-name",
+            "  exportTo: [client4]\n",
+            "2022-01-01T00:00:00Z",
+        ),
+    ]
+    .concat();
+    let mut i = inputs(&yaml);
+    let pick = |ctx: &PushContext, ns: &str| {
+        ctx.virtual_service_for_host("reviews.bookinfo.svc.cluster.local", ns)
+            .map(|v| v.meta.name.clone())
+            .unwrap_or_default()
+    };
+    let ctx = build(&i, None).context;
+    assert_eq!(
+        pick(&ctx, "client2"),
+        "private",
+        "private before named and public, age aside"
+    );
+    assert_eq!(pick(&ctx, "client"), "public", "exported to client2 only");
+    assert_eq!(
+        pick(&ctx, "client3"),
+        "public",
+        "own namespace but public: oldest public wins"
+    );
+    assert_eq!(
+        pick(&ctx, "client4"),
+        "own-name",
+        "its own name counts as private"
+    );
+    assert_eq!(pick(&ctx, "x"), "public");
+
+    i.mesh.default_virtual_service_export_to = vec![".".into()];
+    let ctx = build(&i, None).context;
+    assert_eq!(
+        pick(&ctx, "x"),
+        "own-public",
+        "the mesh default hides VirtualServices without exportTo, not those exporting to *"
+    );
+    assert_eq!(pick(&ctx, "bookinfo"), "public");
+    assert_eq!(pick(&ctx, "client3"), "own-public");
+}
+
+#[test]
+fn service_export_to_annotation_service_entries_and_mesh_default() {
+    let svc = |name: &str, annotation: &str| {
+        format!(
+            "---\napiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: a{annotation}}}\nspec: {{clusterIP: 10.0.0.1, ports: [{{name: http, port: 80}}]}}\n"
+        )
+    };
+    let ann = |v: &str| format!(", annotations: {{networking.istio.io/exportTo: \"{v}\"}}");
+    let yaml = [
+        svc("plain", ""),
+        svc("local", &ann(".")),
+        svc("named", &ann("b, c")),
+        svc("nobody", &ann("~")),
+        svc("odd", &ann("~,.")),
+        "---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: ext, namespace: a}\nspec:\n  hosts: [api.example.com]\n  exportTo: [\"~\"]\n  ports: [{number: 443, name: tls, protocol: TLS}]\n  resolution: DNS\n".to_string(),
+    ]
+    .concat();
+    let mut i = inputs(&yaml);
+    let seen = |ctx: &PushContext, ns: &str| -> Vec<String> {
+        ctx.services_visible_to(ns)
+            .iter()
+            .map(|s| s.name.clone())
+            .collect()
+    };
+    let ctx = build(&i, None).context;
+    assert_eq!(seen(&ctx, "a"), ["local", "plain"]);
+    assert_eq!(seen(&ctx, "b"), ["named", "plain"]);
+    assert_eq!(seen(&ctx, "z"), ["plain"]);
+    i.mesh.default_service_export_to = vec![".".into()];
+    let ctx = build(&i, None).context;
+    assert_eq!(seen(&ctx, "z"), Vec::<String>::new());
+    assert_eq!(seen(&ctx, "a"), ["local", "plain"]);
+}
+
+#[test]
+fn a_delegate_not_exported_to_the_root_namespace_is_skipped_with_a_warning() {
+    let yaml = format!(
+        "{REVIEWS}---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: root, namespace: front}}
+spec:
+  hosts: [bookinfo.example.com]
+  http:
+  - match: [{{uri: {{prefix: /private}}}}]
+    delegate: {{name: private, namespace: bookinfo}}
+  - match: [{{uri: {{prefix: /shared}}}}]
+    delegate: {{name: shared, namespace: bookinfo}}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: private, namespace: bookinfo}}
+spec:
+  exportTo: [\".\"]
+  http: [{{route: [{{destination: {{host: reviews}}}}]}}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: shared, namespace: bookinfo}}
+spec:
+  exportTo: [front]
+  http: [{{route: [{{destination: {{host: reviews}}}}]}}]
+"
+    );
+    let out = build(&inputs(&yaml), None);
+    let root = out
+        .context
+        .virtual_services()
+        .iter()
+        .find(|v| v.meta.name == "root")
+        .expect("the root is served");
+    assert_eq!(root.spec.http.len(), 1);
+    let warning = out
+        .findings
+        .iter()
+        .find(|f| f.key.name == "root" && f.path == "spec.http[0].delegate")
+        .expect("a warning on the skipped route");
+    assert_eq!(warning.severity, Severity::Warning);
+    assert!(warning.message.contains("not exported"), "{warning}");
+}

@@ -88,6 +88,12 @@ impl FolderLoop {
         seed: Option<Seed>,
         observer: &dyn FolderObserver,
     ) -> Result<(), FolderError> {
+        if !self.base.mesh.discovery_selectors.is_empty() {
+            // A folder has no namespace labels to select by: say so rather than ignore it.
+            tracing::warn!(
+                "mesh config discoverySelectors apply to the controller's Kubernetes mode only; every object of the config folder is read"
+            );
+        }
         let epoch = take_epoch_with_retry(&pipeline).await?;
         observer.epoch_taken(epoch);
         if let Some(mut seed) = seed {

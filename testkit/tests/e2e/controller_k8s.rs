@@ -111,7 +111,7 @@ pub(crate) fn metric(page: &str, sample: &str) -> f64 {
 /// The test API server process, kubectl pointed at it, and scratch files.
 pub(crate) struct Cluster {
     _server: ChildProcess,
-    kubeconfig: PathBuf,
+    pub(crate) kubeconfig: PathBuf,
     env: KubeEnv,
     dir: tempfile::TempDir,
 }
@@ -300,6 +300,20 @@ impl Controller {
         }
     }
 
+    /// Adds flags (before the Lease timings).
+    pub(crate) fn with_flags(mut self, flags: &[&str]) -> Controller {
+        let at = self.args.len() - LEASE_FLAGS.len();
+        for (i, f) in flags.iter().enumerate() {
+            self.args.insert(at + i, f.to_string());
+        }
+        self
+    }
+
+    /// The running process's id.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(ChildProcess::pid)
+    }
+
     /// Replaces the Lease timings (the default is [`LEASE_FLAGS`]).
     fn with_lease_flags(mut self, flags: &[&str]) -> Controller {
         let keep = self.args.len() - LEASE_FLAGS.len();
@@ -370,7 +384,7 @@ impl Controller {
     }
 
     /// SIGTERM: releases the Lease and exits 0.
-    fn terminate(&mut self) {
+    pub(crate) fn terminate(&mut self) {
         let mut p = self.process.take().expect("running");
         p.signal("TERM").unwrap();
         let status = p.wait_exit(WAIT).expect("exit after SIGTERM");

@@ -10,6 +10,7 @@ mod apiserver_kubectl;
 mod apiserver_tokens;
 mod bus_redis;
 mod config_folder;
+mod controller_discovery;
 mod controller_k8s;
 mod helm_chart;
 mod istio_crds;

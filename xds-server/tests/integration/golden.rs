@@ -70,6 +70,8 @@ const CASES: &[(&str, Option<&str>, &str)] = &[
     ("grpc-web", None, "client"),
     ("passthrough-target-port", None, "client"),
     ("auto-mtls", None, "client"),
+    ("export-to", None, "client"),
+    ("export-to-mesh-default", None, "client"),
 ];
 
 const TYPES: [(XdsType, &str); 4] = [

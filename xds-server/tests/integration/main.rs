@@ -6,6 +6,7 @@
 mod ads_backpressure;
 mod ads_delta;
 mod ads_sotw;
+mod export_to;
 mod generators;
 mod golden;
 mod harness;
