@@ -9,5 +9,6 @@ mod ads_sotw;
 mod generators;
 mod golden;
 mod harness;
+mod incremental;
 mod istio_fields;
 mod push_bytes;
