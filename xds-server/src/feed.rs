@@ -14,7 +14,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::ads::{ChangeKind, ConnectionRegistry, SnapshotSender, StampedSnapshot, XdsSnapshot};
-use crate::generate::{GeneratedSnapshot, check_snapshot};
+use crate::generate::{Auditor, GeneratedSnapshot};
 
 /// Pushes remembered for `/debug/push_status`.
 const HISTORY: usize = 32;
@@ -86,6 +86,9 @@ pub async fn run(
     registry: ConnectionRegistry,
 ) {
     let mut previous: Option<Arc<GeneratedSnapshot>> = None;
+    // One auditor for the replica's snapshots, so each audit decodes only new content;
+    // audits run one at a time.
+    let auditor = Arc::new(Mutex::new(Auditor::default()));
     loop {
         let followed = snapshots.borrow_and_update().clone();
         if let Some(followed) = followed {
@@ -134,8 +137,12 @@ pub async fn run(
             // the engine has the snapshot, so it never delays convergence.
             let audit_state = state.clone();
             let snapshot_for_next = snapshot.clone();
+            let auditor = auditor.clone();
             tokio::task::spawn_blocking(move || {
-                let broken = check_snapshot(&snapshot);
+                let broken = auditor
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .check(&snapshot);
                 audit_state.set_broken(version, broken.len());
             });
             // Held strongly only until the next snapshot is made from it: the new one

@@ -12,8 +12,8 @@ use pilotfish_mesh::document::{parse_text, to_inputs};
 use pilotfish_mesh::model::{Proxy, ProxyGenerator};
 use pilotfish_mesh::push_context::{BuildInputs, PushContext, build};
 use pilotfish_xds::ads::{ChangeKind, XdsType};
-use pilotfish_xds::generate::GeneratedSnapshot;
 use pilotfish_xds::generate::scope::Part;
+use pilotfish_xds::generate::{Auditor, GeneratedSnapshot, check_snapshot};
 use proptest::prelude::*;
 
 const NAMESPACES: usize = 3;
@@ -381,4 +381,38 @@ proptest! {
             previous = next;
         }
     }
+}
+
+#[test]
+fn the_audit_decodes_only_new_content() {
+    let mut mesh = Mesh::new(30);
+    let first = Arc::new(GeneratedSnapshot::new(mesh.push(), 1, ChangeKind::Full));
+    let mut auditor = Auditor::default();
+    assert_eq!(auditor.check(&first), Vec::new());
+    let whole = auditor.decoded();
+    assert!(
+        whole > 100,
+        "the first audit decodes every resource: {whole}"
+    );
+    assert_eq!(auditor.remembered() as u64, whole);
+
+    mesh.virtual_services[3] = Some(60);
+    let edited = GeneratedSnapshot::following(&first, mesh.push(), 2);
+    assert_eq!(auditor.check(&edited), Vec::new());
+    // New content per representative namespace (3 and the root): svc3's route
+    // configuration for sidecars and for proxyless clients.
+    let new = auditor.decoded() - whole;
+    assert!(
+        (1..=2 * (NAMESPACES as u64 + 1)).contains(&new),
+        "decoded {new} new resources"
+    );
+    // Only the last snapshot's facts are kept.
+    assert!(
+        auditor.remembered() as u64 <= whole,
+        "{}",
+        auditor.remembered()
+    );
+
+    // A fresh auditor checks the same snapshot the same way, decoding everything.
+    assert_eq!(check_snapshot(&edited), Vec::new());
 }
