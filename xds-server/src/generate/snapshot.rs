@@ -58,16 +58,30 @@ use super::scope::{Flavor, Part, Scope, ScopeIndex};
 use super::util::resource_any;
 use super::{cds, eds, lds, names, rds};
 
-/// A concurrent map of lazily computed values; one computation per key.
+/// A concurrent map of lazily computed values; one computation per key. It holds at most
+/// `capacity` values: past that, the least recently used computed value is forgotten
+/// (whoever holds it keeps it; asking again computes it again).
 #[derive(Debug)]
 struct Cache<K, V> {
-    slots: Mutex<HashMap<K, Arc<OnceLock<V>>>>,
+    slots: Mutex<Slots<K, V>>,
+    capacity: usize,
 }
 
-impl<K: Eq + Hash, V: Clone> Cache<K, V> {
-    fn new() -> Self {
+#[derive(Debug)]
+struct Slots<K, V> {
+    /// Each value's slot and when it was last asked for.
+    map: HashMap<K, (Arc<OnceLock<V>>, u64)>,
+    clock: u64,
+}
+
+impl<K: Eq + Hash + Clone, V: Clone> Cache<K, V> {
+    fn new(capacity: usize) -> Self {
         Cache {
-            slots: Mutex::new(HashMap::new()),
+            slots: Mutex::new(Slots {
+                map: HashMap::new(),
+                clock: 0,
+            }),
+            capacity: capacity.max(1),
         }
     }
 
@@ -76,13 +90,38 @@ impl<K: Eq + Hash, V: Clone> Cache<K, V> {
             // A panic while holding the lock cannot leave the map inconsistent (insertions
             // are single operations), so a poisoned lock is still usable.
             let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-            slots.entry(key).or_default().clone()
+            slots.clock += 1;
+            let now = slots.clock;
+            let fresh = !slots.map.contains_key(&key);
+            let slot = {
+                let entry = slots.map.entry(key.clone()).or_default();
+                entry.1 = now;
+                entry.0.clone()
+            };
+            if fresh && slots.map.len() > self.capacity {
+                // Scans only when a new value is added (that is a generation anyway);
+                // a value still being computed is not evicted.
+                let oldest = slots
+                    .map
+                    .iter()
+                    .filter(|(k, (slot, _))| **k != key && slot.get().is_some())
+                    .min_by_key(|(_, (_, used))| *used)
+                    .map(|(k, _)| k.clone());
+                if let Some(oldest) = oldest {
+                    slots.map.remove(&oldest);
+                }
+            }
+            slot
         };
         slot.get_or_init(init).clone()
     }
 
     fn len(&self) -> usize {
-        self.slots.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map
+            .len()
     }
 
     /// Whether `key` has a value (or one is being computed).
@@ -90,15 +129,22 @@ impl<K: Eq + Hash, V: Clone> Cache<K, V> {
         self.peek(key).is_some()
     }
 
-    /// The value of `key`, if computed; never computes it.
+    /// The value of `key`, if computed; never computes it (nor counts as a use).
     fn peek(&self, key: &K) -> Option<V> {
         self.slots
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .map
             .get(key)
-            .and_then(|slot| slot.get().cloned())
+            .and_then(|(slot, _)| slot.get().cloned())
     }
 }
+
+/// At most this many parts are cached per snapshot. Scopes are bounded by the snapshot
+/// already (client input is classed, `generate/scope.rs`); this bounds the rest, e.g. a
+/// mesh whose selectors split proxies into very many scopes. 1,000 services in 20
+/// namespaces with a few workload shapes need about a hundred.
+pub const PART_CACHE_CAPACITY: usize = 2048;
 
 /// How much of a part a snapshot may take from the snapshot it replaces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -235,7 +281,7 @@ impl GeneratedSnapshot {
             previous_version,
             index,
             plans: Mutex::new(HashMap::new()),
-            parts: Cache::new(),
+            parts: Cache::new(PART_CACHE_CAPACITY),
             generations: AtomicU64::new(0),
             base: None,
             generated_resources: Default::default(),
@@ -459,7 +505,11 @@ impl GeneratedSnapshot {
             &mut findings,
         ));
         report(&findings);
-        lock().insert(key, Arc::downgrade(&plan));
+        let mut plans = lock();
+        // Forget plans no part generation holds any more, so the map stays as small as
+        // the scopes being generated at once.
+        plans.retain(|_, held| held.strong_count() > 0);
+        plans.insert(key, Arc::downgrade(&plan));
         plan
     }
 
@@ -828,5 +878,40 @@ fn change_kind_of(old: &PushContext, new: &PushContext, summary: &ChangeSummary)
         ChangeKind::Full
     } else {
         ChangeKind::EndpointsOnly
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_forgets_the_least_recently_used_value_past_its_capacity() {
+        let cache: Cache<u32, u32> = Cache::new(3);
+        let computed = AtomicU64::new(0);
+        let get = |k: u32| {
+            cache.get_or_init(k, || {
+                computed.fetch_add(1, Ordering::Relaxed);
+                k * 10
+            })
+        };
+        for k in 0..3 {
+            assert_eq!(get(k), k * 10);
+        }
+        get(0); // 1 is now the least recently used
+        get(3);
+        assert_eq!(cache.len(), 3);
+        assert!(cache.contains(&0) && !cache.contains(&1));
+        assert_eq!(computed.load(Ordering::Relaxed), 4);
+        for k in 4..1000 {
+            get(k);
+        }
+        assert_eq!(cache.len(), 3, "bounded whatever is asked");
+        get(1);
+        assert_eq!(
+            computed.load(Ordering::Relaxed),
+            1001,
+            "1 was computed again"
+        );
     }
 }

@@ -2,7 +2,9 @@
 //! it replaces what the change did not touch. Asserted by counts (how many resources of
 //! each part were generated after a one-service VirtualService edit) and by content: for
 //! random meshes and random edits, every resource an incrementally made snapshot serves
-//! is byte-identical to a snapshot generated from scratch.
+//! is byte-identical to a snapshot generated from scratch. Also the audit's share of it
+//! (only new content is decoded) and the bound on cached scopes when clients claim
+//! made-up namespaces and localities.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -366,7 +368,14 @@ proptest! {
     fn incremental_snapshots_equal_fresh_ones(
         edits in proptest::collection::vec((edit(), any::<bool>()), 1..5)
     ) {
-        let proxies = proxies();
+        // And a sidecar in a namespace the mesh does not name (its scope is the class of
+        // all such namespaces).
+        let mut proxies = proxies();
+        proxies.push(Proxy {
+            namespace: "elsewhere".into(),
+            labels: [("app".to_string(), "svc0".to_string())].into_iter().collect(),
+            ..Proxy::with_defaults("sidecar~10.0.9.1~x.elsewhere~elsewhere.svc.cluster.local")
+        });
         let mut mesh = Mesh::new(SERVICES);
         let mut previous = Arc::new(GeneratedSnapshot::new(mesh.push(), 1, ChangeKind::Full));
         served(&previous, &proxies);
@@ -415,4 +424,91 @@ fn the_audit_decodes_only_new_content() {
 
     // A fresh auditor checks the same snapshot the same way, decoding everything.
     assert_eq!(check_snapshot(&edited), Vec::new());
+}
+
+/// Namespaces, localities and label values a client makes up all fall into one class each:
+/// thousands of such proxies cost the parts of one scope per flavour, not one per claim.
+#[test]
+fn made_up_namespaces_and_localities_share_one_scope() {
+    let yaml = format!(
+        "{}---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {{name: svc0-locality, namespace: ns0}}
+spec:
+  host: svc0.ns0.svc.cluster.local
+  trafficPolicy:
+    outlierDetection: {{consecutive5xxErrors: 5}}
+    loadBalancer:
+      localityLbSetting:
+        failoverPriority: [topology.istio.io/network]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: svc2, namespace: ns2}}
+spec:
+  hosts: [svc2]
+  http:
+  - match: [{{sourceNamespace: made-up-8}}]
+    route: [{{destination: {{host: svc1.ns1.svc.cluster.local}}}}]
+  - route: [{{destination: {{host: svc2}}}}]
+",
+        Mesh::new(6).yaml()
+    );
+    let parsed = parse_text(Path::new("mesh.yaml"), &yaml);
+    assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+    let inputs = to_inputs(
+        &parsed.objects,
+        BuildInputs {
+            cluster_domain: "cluster.local".into(),
+            ..Default::default()
+        },
+    );
+    let push = Arc::new(build(&inputs, None).context);
+    let snapshot = GeneratedSnapshot::new(push.clone(), 1, ChangeKind::Full);
+    let claimed = |i: usize| {
+        let ns = format!("made-up-{i}");
+        let mut proxy = Proxy {
+            namespace: ns.clone(),
+            labels: [("topology.istio.io/network".to_string(), format!("net-{i}"))]
+                .into_iter()
+                .collect(),
+            locality: Some(pilotfish_mesh::model::Locality {
+                region: format!("region-{i}"),
+                zone: format!("zone-{i}"),
+                subzone: format!("subzone-{i}"),
+            }),
+            ..Proxy::with_defaults(format!("sidecar~10.9.0.1~p{i}.{ns}~{ns}.svc.cluster.local"))
+        };
+        if i % 2 == 1 {
+            proxy.generator = ProxyGenerator::Grpc;
+        }
+        proxy
+    };
+    let first = served(&snapshot, &[claimed(0), claimed(1)]);
+    for i in 0..3000 {
+        let proxy = claimed(i);
+        for kind in TYPES {
+            snapshot.all(&proxy, kind);
+        }
+    }
+    // Sidecar: 4 planned parts and 2 inbound; proxyless: 4 planned parts; and the
+    // sidecar of made-up-8, a namespace svc2's VirtualService names: 4 planned parts.
+    assert!(
+        snapshot.cached_parts() <= 14,
+        "{} parts cached",
+        snapshot.cached_parts()
+    );
+    assert!(snapshot.generations() <= 14, "{}", snapshot.generations());
+    // A made-up namespace gets what any other made-up namespace gets: generated apart,
+    // in fresh snapshots, the output is the same.
+    let apart = GeneratedSnapshot::new(push.clone(), 1, ChangeKind::Full);
+    assert_eq!(first, served(&apart, &[claimed(2998), claimed(2999)]));
+    // A namespace the snapshot names (here by a `sourceNamespace` match) is its own.
+    let named = GeneratedSnapshot::new(push, 1, ChangeKind::Full);
+    assert_ne!(
+        served(&named, &[claimed(8)]),
+        served(&named, &[claimed(10)]),
+        "made-up-8 is matched by svc2's VirtualService"
+    );
 }
