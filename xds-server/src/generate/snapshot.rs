@@ -163,7 +163,8 @@ pub enum Reuse {
 /// rules). Each rule lists what the part's generator reads; a kind not named here is
 /// read by every part, so new kinds are safe by default.
 /// - inbound clusters and listener: only the projected scope (values: the workload's
-///   ports and mutual TLS mode) and the mesh config;
+///   ports and mutual TLS mode) and the mesh config; of config kinds, those the scope
+///   captures;
 /// - outbound clusters: the plan (services, DestinationRules), the mesh config and the
 ///   endpoints' identities (which an endpoints-only change keeps);
 /// - endpoints: the plan, the endpoints, the mesh config;
@@ -187,8 +188,23 @@ pub fn reuse_rule(
     let plan_kept = summary.services.is_empty() && only_virtual_services;
     let eds_only = summary.endpoints.is_empty() || change == ChangeKind::EndpointsOnly;
     let whole_if = |kept: bool| if kept { Reuse::Whole } else { Reuse::No };
+    // The kinds whose effect on the inbound parts the projected scope captures (the
+    // workload's ports from services and endpoints, its mode from PeerAuthentications),
+    // or which they do not read at all.
+    let inbound_kept = summary.configs.iter().all(|k| {
+        matches!(
+            k.kind,
+            ConfigKind::VirtualService
+                | ConfigKind::DestinationRule
+                | ConfigKind::ServiceEntry
+                | ConfigKind::PeerAuthentication
+                | ConfigKind::Service
+                | ConfigKind::EndpointSlice
+                | ConfigKind::Pod
+        )
+    });
     match part {
-        Part::InboundClusters | Part::InboundListener => Reuse::Whole,
+        Part::InboundClusters | Part::InboundListener => whole_if(inbound_kept),
         Part::OutboundClusters => whole_if(plan_kept && eds_only),
         Part::Endpoints => whole_if(plan_kept && summary.endpoints.is_empty()),
         Part::OutboundListeners if flavor == Flavor::Proxyless => whole_if(plan_kept),
