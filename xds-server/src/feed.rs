@@ -14,7 +14,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::ads::{ChangeKind, ConnectionRegistry, SnapshotSender, StampedSnapshot, XdsSnapshot};
-use crate::generate::{GeneratedSnapshot, change_kind, check_snapshot};
+use crate::generate::{Auditor, GeneratedSnapshot};
 
 /// Pushes remembered for `/debug/push_status`.
 const HISTORY: usize = 32;
@@ -85,7 +85,10 @@ pub async fn run(
     state: Arc<FeedState>,
     registry: ConnectionRegistry,
 ) {
-    let mut previous: Option<(u64, Arc<PushContext>)> = None;
+    let mut previous: Option<Arc<GeneratedSnapshot>> = None;
+    // One auditor for the replica's snapshots, so each audit decodes only new content;
+    // audits run one at a time.
+    let auditor = Arc::new(Mutex::new(Auditor::default()));
     loop {
         let followed = snapshots.borrow_and_update().clone();
         if let Some(followed) = followed {
@@ -94,18 +97,21 @@ pub async fn run(
             let (arrived, received) = (Instant::now(), SystemTime::now());
             let version = followed.reference.version;
             let context = followed.value.clone();
-            let change = match &previous {
+            let snapshot = Arc::new(match &previous {
+                // Takes what did not change from the previous snapshot (incremental
+                // generation); the change kind is computed against it.
+                Some(prev) if prev.version() < version => {
+                    GeneratedSnapshot::following(prev, context.clone(), version)
+                }
                 // A reset (lower version) or anything unknown is a full push.
-                Some((v, prev)) if *v < version => change_kind(prev, &context),
-                _ => ChangeKind::Full,
-            };
-            let previous_version = previous.as_ref().map(|(v, _)| *v);
-            let snapshot = Arc::new(GeneratedSnapshot::new_since(
-                context.clone(),
-                version,
-                previous_version,
-                change,
-            ));
+                _ => GeneratedSnapshot::new_since(
+                    context.clone(),
+                    version,
+                    previous.as_ref().map(|p| p.version()),
+                    ChangeKind::Full,
+                ),
+            });
+            let change = snapshot.change();
             *state.current.lock().unwrap_or_else(|e| e.into_inner()) =
                 Some((followed.reference.clone(), snapshot.clone()));
             engine.send_replace(Some(StampedSnapshot::new(
@@ -130,11 +136,18 @@ pub async fn run(
             // reports one as a bug and warms the cache for typical proxies. It runs after
             // the engine has the snapshot, so it never delays convergence.
             let audit_state = state.clone();
+            let snapshot_for_next = snapshot.clone();
+            let auditor = auditor.clone();
             tokio::task::spawn_blocking(move || {
-                let broken = check_snapshot(&snapshot);
+                let broken = auditor
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .check(&snapshot);
                 audit_state.set_broken(version, broken.len());
             });
-            previous = Some((version, context));
+            // Held strongly only until the next snapshot is made from it: the new one
+            // keeps it weakly (streams still serving it keep it alive).
+            previous = Some(snapshot_for_next);
         }
         if snapshots.changed().await.is_err() {
             return;

@@ -11,10 +11,16 @@
 //! (Envoy rejects that too).
 //! The generators never emit one (the sanitizers replace it before
 //! sending), so a finding is a bug: logged at error level and counted in
-//! `pilotfish_xds_inconsistent_references_total`. The feed runs it after each hand-off.
+//! `pilotfish_xds_inconsistent_references_total`. The feed runs it after each hand-off,
+//! through one [`Auditor`]: the checks read a few facts of each resource (names,
+//! references, addresses, duplicate domains), which are a function of its content, so
+//! the auditor decodes a resource only when its content (version) was not in the
+//! snapshot it checked before — after a VirtualService edit, the few new route
+//! configurations — and runs the cross-reference checks on every view from those facts.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
+use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::cluster::v3::{
     Cluster, cluster::ClusterDiscoveryType, cluster::DiscoveryType,
@@ -29,7 +35,7 @@ use super::findings::Finding;
 use super::sanitize::{listener_address, listener_references, route_clusters};
 use super::snapshot::{GeneratedSnapshot, report};
 use super::tls::matches_sans_without_a_ca;
-use crate::ads::XdsType;
+use crate::ads::{Resource, XdsSnapshot, XdsType};
 
 /// One reference that does not resolve.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -62,10 +68,127 @@ pub struct View {
     pub routes: Vec<RouteConfiguration>,
 }
 
+/// What the audit reads of one resource: extracted from its decoded content once per
+/// distinct content (an [`Auditor`] keeps them by content version), so checking a view
+/// decodes only what is new.
+#[derive(Debug, Default)]
+struct Facts {
+    /// A cluster's ClusterLoadAssignment name, when it is an EDS cluster.
+    eds_service: Option<String>,
+    /// A listener's address.
+    address: Option<String>,
+    /// Clusters named: (by what, cluster).
+    clusters: Vec<(String, String)>,
+    /// Route configurations a listener asks RDS for.
+    rds: Vec<String>,
+    /// Problems within the resource alone: (from, to, problem).
+    own: Vec<(String, String, &'static str)>,
+}
+
+fn cluster_facts(c: &Cluster) -> Facts {
+    let mut facts = Facts::default();
+    if c.cluster_discovery_type == Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32)) {
+        let service = c
+            .eds_cluster_config
+            .as_ref()
+            .map(|e| e.service_name.as_str())
+            .filter(|s| !s.is_empty())
+            .unwrap_or(&c.name);
+        facts.eds_service = Some(service.to_string());
+    }
+    if c.transport_socket
+        .as_ref()
+        .is_some_and(matches_sans_without_a_ca)
+    {
+        facts.own.push((
+            c.name.clone(),
+            "transport_socket".to_string(),
+            "TLS matches subject alt names without a trusted CA",
+        ));
+    }
+    facts
+}
+
+fn listener_facts(l: &Listener) -> Facts {
+    let (clusters, rds) = listener_references(l);
+    Facts {
+        address: listener_address(l),
+        clusters: clusters.into_iter().map(|c| (l.name.clone(), c)).collect(),
+        rds,
+        ..Facts::default()
+    }
+}
+
+fn route_facts(rc: &RouteConfiguration) -> Facts {
+    let mut own = Vec::new();
+    let mut domains = HashSet::new();
+    let mut vhosts = HashSet::new();
+    for vh in &rc.virtual_hosts {
+        if !vhosts.insert(&vh.name) {
+            own.push((
+                rc.name.clone(),
+                vh.name.clone(),
+                "virtual host name appears twice in one route configuration",
+            ));
+        }
+        for d in &vh.domains {
+            if !domains.insert(d) {
+                own.push((
+                    format!("{}/{}", rc.name, vh.name),
+                    d.clone(),
+                    "domain appears twice in one route configuration",
+                ));
+            }
+        }
+    }
+    Facts {
+        clusters: route_clusters(rc),
+        own,
+        ..Facts::default()
+    }
+}
+
+/// One view as the checks see it: per type, each resource's name and facts (`None`: the
+/// body does not decode, which the old decoding audit skipped too).
+#[derive(Default)]
+struct ViewFacts {
+    clusters: Vec<(String, Option<Arc<Facts>>)>,
+    endpoints: Vec<String>,
+    listeners: Vec<(String, Option<Arc<Facts>>)>,
+    routes: Vec<(String, Option<Arc<Facts>>)>,
+}
+
 /// Every broken reference of one view. `external_clusters` are clusters the proxy has
 /// from elsewhere (none today: the sidecar bootstrap's `sds-grpc` is only named by SDS
 /// configs, which are not checked here).
 pub fn check_view(view_name: &str, view: &View) -> Vec<BrokenReference> {
+    let named = |name: &String, facts: Facts| (name.clone(), Some(Arc::new(facts)));
+    let facts = ViewFacts {
+        clusters: view
+            .clusters
+            .iter()
+            .map(|c| named(&c.name, cluster_facts(c)))
+            .collect(),
+        endpoints: view
+            .endpoints
+            .iter()
+            .map(|c| c.cluster_name.clone())
+            .collect(),
+        listeners: view
+            .listeners
+            .iter()
+            .map(|l| named(&l.name, listener_facts(l)))
+            .collect(),
+        routes: view
+            .routes
+            .iter()
+            .map(|r| named(&r.name, route_facts(r)))
+            .collect(),
+    };
+    check_facts(view_name, &facts)
+}
+
+fn check_facts(view_name: &str, view: &ViewFacts) -> Vec<BrokenReference> {
     let mut out = Vec::new();
     let broken = |from: &str, to: &str, problem: &'static str| BrokenReference {
         view: view_name.to_string(),
@@ -83,65 +206,53 @@ pub fn check_view(view_name: &str, view: &View) -> Vec<BrokenReference> {
     };
     duplicates(
         "cds",
-        view.clusters.iter().map(|c| &c.name).collect(),
+        view.clusters.iter().map(|c| &c.0).collect(),
         &mut out,
     );
-    duplicates(
-        "eds",
-        view.endpoints.iter().map(|c| &c.cluster_name).collect(),
-        &mut out,
-    );
+    duplicates("eds", view.endpoints.iter().collect(), &mut out);
     duplicates(
         "lds",
-        view.listeners.iter().map(|l| &l.name).collect(),
+        view.listeners.iter().map(|l| &l.0).collect(),
         &mut out,
     );
-    duplicates(
-        "rds",
-        view.routes.iter().map(|r| &r.name).collect(),
-        &mut out,
-    );
+    duplicates("rds", view.routes.iter().map(|r| &r.0).collect(), &mut out);
 
-    let clusters: BTreeSet<&str> = view.clusters.iter().map(|c| c.name.as_str()).collect();
-    let assignments: BTreeSet<&str> = view
-        .endpoints
-        .iter()
-        .map(|c| c.cluster_name.as_str())
-        .collect();
-    let routes: BTreeSet<&str> = view.routes.iter().map(|r| r.name.as_str()).collect();
-    for c in &view.clusters {
-        if c.cluster_discovery_type == Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32)) {
-            let service = c
-                .eds_cluster_config
-                .as_ref()
-                .map(|e| e.service_name.as_str())
-                .filter(|s| !s.is_empty())
-                .unwrap_or(&c.name);
-            if !assignments.contains(service) {
-                out.push(broken(
-                    &c.name,
-                    service,
-                    "EDS cluster without a ClusterLoadAssignment",
-                ));
-            }
+    let decoded = |list: &[(String, Option<Arc<Facts>>)]| -> Vec<(String, Arc<Facts>)> {
+        list.iter()
+            .filter_map(|(n, f)| f.clone().map(|f| (n.clone(), f)))
+            .collect()
+    };
+    let (clusters_f, listeners_f, routes_f) = (
+        decoded(&view.clusters),
+        decoded(&view.listeners),
+        decoded(&view.routes),
+    );
+    let clusters: BTreeSet<&str> = clusters_f.iter().map(|c| c.0.as_str()).collect();
+    let assignments: BTreeSet<&str> = view.endpoints.iter().map(String::as_str).collect();
+    let routes: BTreeSet<&str> = routes_f.iter().map(|r| r.0.as_str()).collect();
+    let own = |facts: &Facts, out: &mut Vec<BrokenReference>| {
+        for (from, to, problem) in &facts.own {
+            out.push(broken(from, to, problem));
         }
-        if c.transport_socket
-            .as_ref()
-            .is_some_and(matches_sans_without_a_ca)
+    };
+    for (name, facts) in &clusters_f {
+        if let Some(service) = &facts.eds_service
+            && !assignments.contains(service.as_str())
         {
             out.push(broken(
-                &c.name,
-                "transport_socket",
-                "TLS matches subject alt names without a trusted CA",
+                name,
+                service,
+                "EDS cluster without a ClusterLoadAssignment",
             ));
         }
+        own(facts, &mut out);
     }
-    for rc in &view.routes {
-        for (from, cluster) in route_clusters(rc) {
+    for (_, facts) in &routes_f {
+        for (from, cluster) in &facts.clusters {
             if !clusters.contains(cluster.as_str()) {
                 out.push(broken(
-                    &from,
-                    &cluster,
+                    from,
+                    cluster,
                     "route names a cluster CDS does not send",
                 ));
             }
@@ -149,65 +260,41 @@ pub fn check_view(view_name: &str, view: &View) -> Vec<BrokenReference> {
     }
     let mut addresses = HashSet::new();
     let mut asked_for = HashSet::new();
-    for l in &view.listeners {
-        if let Some(at) = listener_address(l)
+    for (name, facts) in &listeners_f {
+        if let Some(at) = &facts.address
             && !addresses.insert(at.clone())
         {
-            out.push(broken(
-                &l.name,
-                &at,
-                "another listener has the same address",
-            ));
+            out.push(broken(name, at, "another listener has the same address"));
         }
-        let (cs, rds) = listener_references(l);
-        asked_for.extend(rds.iter().cloned());
-        for c in cs {
+        asked_for.extend(facts.rds.iter().cloned());
+        for (_, c) in &facts.clusters {
             if !clusters.contains(c.as_str()) {
                 out.push(broken(
-                    &l.name,
-                    &c,
+                    name,
+                    c,
                     "listener names a cluster CDS does not send",
                 ));
             }
         }
-        for r in rds {
+        for r in &facts.rds {
             if !routes.contains(r.as_str()) {
                 out.push(broken(
-                    &l.name,
-                    &r,
+                    name,
+                    r,
                     "listener asks RDS for a route configuration that does not exist",
                 ));
             }
         }
     }
-    for rc in &view.routes {
-        if !asked_for.contains(&rc.name) {
+    for (name, facts) in &routes_f {
+        if !asked_for.contains(name) {
             out.push(broken(
                 "rds",
-                &rc.name,
+                name,
                 "route configuration no listener asks for",
             ));
         }
-        let mut domains = HashSet::new();
-        let mut vhosts = HashSet::new();
-        for vh in &rc.virtual_hosts {
-            if !vhosts.insert(&vh.name) {
-                out.push(broken(
-                    &rc.name,
-                    &vh.name,
-                    "virtual host name appears twice in one route configuration",
-                ));
-            }
-            for d in &vh.domains {
-                if !domains.insert(d) {
-                    out.push(broken(
-                        &format!("{}/{}", rc.name, vh.name),
-                        d,
-                        "domain appears twice in one route configuration",
-                    ));
-                }
-            }
-        }
+        own(facts, &mut out);
     }
     out
 }
@@ -275,21 +362,98 @@ pub fn representative_proxies(snapshot: &GeneratedSnapshot) -> Vec<(String, Prox
     out
 }
 
-/// Checks a snapshot's representative views; every finding is logged and counted.
+/// Checks a snapshot's representative views, every resource decoded; every finding is
+/// logged and counted.
 pub fn check_snapshot(snapshot: &GeneratedSnapshot) -> Vec<BrokenReference> {
-    let mut out = Vec::new();
-    for (name, proxy) in representative_proxies(snapshot) {
-        out.extend(check_view(&name, &view_of(snapshot, &proxy)));
+    Auditor::default().check(snapshot)
+}
+
+/// The audit of a sequence of snapshots: checks each one's representative views whole,
+/// but decodes only the resources whose content it has not seen in the previous snapshot
+/// it checked (the facts a check reads of a resource are a function of its content, which
+/// its version hashes). It keeps the facts of the last snapshot only, so it holds at
+/// most one snapshot's distinct content's facts.
+#[derive(Debug, Default)]
+pub struct Auditor {
+    facts: HashMap<String, Option<Arc<Facts>>>,
+    decoded: u64,
+}
+
+impl Auditor {
+    /// Resources decoded so far (new content).
+    pub fn decoded(&self) -> u64 {
+        self.decoded
     }
-    let findings: Vec<Finding> = out
+
+    /// Distinct contents whose facts are kept (those of the last snapshot checked).
+    pub fn remembered(&self) -> usize {
+        self.facts.len()
+    }
+
+    /// Checks `snapshot`'s representative views; every finding is logged and counted.
+    pub fn check(&mut self, snapshot: &GeneratedSnapshot) -> Vec<BrokenReference> {
+        let mut seen: HashMap<String, Option<Arc<Facts>>> = HashMap::new();
+        let mut out = Vec::new();
+        for (name, proxy) in representative_proxies(snapshot) {
+            let mut facts = |r: &Resource, of: fn(&[u8]) -> Option<Facts>| {
+                if let Some(f) = seen.get(&r.version) {
+                    return f.clone();
+                }
+                let f = match self.facts.remove(&r.version) {
+                    Some(f) => f,
+                    None => {
+                        self.decoded += 1;
+                        of(r.body.value.as_slice()).map(Arc::new)
+                    }
+                };
+                seen.insert(r.version.clone(), f.clone());
+                f
+            };
+            let mut view = ViewFacts::default();
+            for r in resources(snapshot, &proxy, XdsType::Cluster) {
+                let f = facts(&r, |b| Cluster::decode(b).ok().map(|c| cluster_facts(&c)));
+                view.clusters.push((r.name.clone(), f));
+            }
+            for r in resources(snapshot, &proxy, XdsType::Endpoint) {
+                // Only the name is read: nothing to decode, as before (an undecodable
+                // assignment did not count, and generated ones always decode).
+                view.endpoints.push(r.name.clone());
+            }
+            for r in resources(snapshot, &proxy, XdsType::Listener) {
+                let f = facts(&r, |b| Listener::decode(b).ok().map(|l| listener_facts(&l)));
+                view.listeners.push((r.name.clone(), f));
+            }
+            for r in resources(snapshot, &proxy, XdsType::Route) {
+                let f = facts(&r, |b| {
+                    RouteConfiguration::decode(b)
+                        .ok()
+                        .map(|rc| route_facts(&rc))
+                });
+                view.routes.push((r.name.clone(), f));
+            }
+            out.extend(check_facts(&name, &view));
+        }
+        self.facts = seen;
+        let findings: Vec<Finding> = out
+            .iter()
+            .map(|b| Finding::InconsistentReference {
+                reference: b.to_string(),
+                kind: "snapshot",
+            })
+            .collect();
+        report(&findings);
+        out
+    }
+}
+
+/// Every resource of `kind` `proxy` gets, part by part (a name in two parts is listed
+/// twice: the duplicate check reports it).
+fn resources(snapshot: &GeneratedSnapshot, proxy: &Proxy, kind: XdsType) -> Vec<Arc<Resource>> {
+    snapshot
+        .parts(proxy, kind)
         .iter()
-        .map(|b| Finding::InconsistentReference {
-            reference: b.to_string(),
-            kind: "snapshot",
-        })
-        .collect();
-    report(&findings);
-    out
+        .flat_map(|part| part.values().cloned())
+        .collect()
 }
 
 #[cfg(test)]

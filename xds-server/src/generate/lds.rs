@@ -74,11 +74,15 @@ pub fn unknown_destination_cluster(push: &PushContext) -> &'static str {
 }
 
 /// A sidecar's `virtualOutbound` and per-port outbound listeners; TCP route destinations
-/// without a cluster are noted in `findings`.
+/// without a cluster are noted in `findings`. A service's own listener whose name `reused`
+/// accepts is not generated: the caller holds it, and gets in its place a stub with only
+/// the name and address (so the sanitizer still sees every address in order; the caller
+/// replaces the stub).
 pub fn sidecar_outbound_listeners(
     push: &PushContext,
     proxy: &Proxy,
     plan: &OutboundPlan,
+    reused: &dyn Fn(&str) -> bool,
     findings: &mut Vec<Finding>,
 ) -> Vec<Listener> {
     let unknown = unknown_destination_cluster(push);
@@ -102,7 +106,16 @@ pub fn sidecar_outbound_listeners(
     for (port, services) in outbound_ports(plan) {
         for (c, ips) in &services.own_listeners {
             for ip in ips {
-                out.push(own_listener(push, proxy, plan, c, ip, port, findings));
+                let name = names::vip_listener(ip, port);
+                out.push(if reused(&name) {
+                    Listener {
+                        name,
+                        address: Some(socket_address(ip, port)),
+                        ..Default::default()
+                    }
+                } else {
+                    own_listener(push, proxy, plan, c, ip, port, findings)
+                });
             }
         }
         if services.has_http() || !services.shared.is_empty() {

@@ -7,7 +7,8 @@
 //!   caches each part per scope for the snapshot's lifetime. [`change_kind`] tells the
 //!   publisher whether a new PushContext needs a full push or EDS only.
 //! - [`config_dump`], [`resources_json`]: what a proxy receives, as proto JSON.
-//! - [`check_snapshot`] / [`check_view`]: the cross-reference audit (`Consistent()`).
+//! - [`check_snapshot`] / [`check_view`] / [`Auditor`]: the cross-reference audit
+//!   (`Consistent()`); an [`Auditor`] decodes only content it has not seen.
 //! - [`metrics::register_all`]: the generators' metrics.
 //!
 //! Layout: [`scope`] (what a proxy's output depends on), [`plan`] (the outbound clusters
@@ -43,7 +44,7 @@ pub mod tls;
 pub mod upstream;
 pub mod util;
 
-pub use audit::{BrokenReference, View, check_snapshot, check_view, view_of};
+pub use audit::{Auditor, BrokenReference, View, check_snapshot, check_view, view_of};
 pub use json::{JsonError, config_dump, resource_json, resources_json, to_json};
 pub use scope::{Flavor, Scope};
 pub use snapshot::{GeneratedSnapshot, ResourceMap, change_kind};

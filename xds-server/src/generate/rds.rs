@@ -33,11 +33,14 @@ use super::route::{RouteEnv, catch_all_route, default_route, http_route};
 use super::scope::Flavor;
 use super::util::bool_value;
 
-/// A sidecar's route configurations; what translation noticed goes to `findings`.
+/// A sidecar's route configurations; what translation noticed goes to `findings`. A
+/// service's own route configuration whose name `reused` accepts is not generated: the
+/// caller already holds it (the snapshot's incremental generation, `generate/snapshot.rs`).
 pub fn sidecar_route_configs(
     push: &PushContext,
     proxy: &Proxy,
     plan: &OutboundPlan,
+    reused: &dyn Fn(&str) -> bool,
     findings: &mut Vec<Finding>,
 ) -> Vec<RouteConfiguration> {
     let vs_only_hosts = virtual_service_only_hosts(push, proxy);
@@ -57,14 +60,15 @@ pub fn sidecar_route_configs(
             .iter()
             .filter(|(c, _)| c.port.protocol.is_http())
         {
+            let name = names::host_port(&c.service.hostname, port);
+            if reused(&name) {
+                continue;
+            }
             let mut vhosts = Vec::new();
             let mut claimed = HashSet::new();
             push_service_vhost(&env, c, &mut vhosts, &mut claimed, findings);
             vhosts.push(fallback_vhost(push));
-            out.push(route_configuration(
-                names::host_port(&c.service.hostname, port),
-                vhosts,
-            ));
+            out.push(route_configuration(name, vhosts));
         }
         let mut claimed = HashSet::new();
         let mut vhosts = Vec::new();
@@ -147,17 +151,20 @@ fn fallback_vhost(push: &PushContext) -> VirtualHost {
     }
 }
 
-/// A proxyless client's route configurations, one per whole-service cluster; what
-/// translation and the proxyless pass noticed goes to `findings`.
+/// A proxyless client's route configurations, one per whole-service cluster, but for
+/// those whose name `reused` accepts (the caller holds them); what translation and the
+/// proxyless pass noticed goes to `findings`.
 pub fn proxyless_route_configs(
     push: &PushContext,
     proxy: &Proxy,
     plan: &OutboundPlan,
+    reused: &dyn Fn(&str) -> bool,
     findings: &mut Vec<Finding>,
 ) -> Vec<RouteConfiguration> {
     plan.clusters
         .iter()
         .filter(|c| c.subset.is_empty())
+        .filter(|c| !reused(&names::host_port(&c.service.hostname, c.port.port)))
         .map(|c| {
             let port = c.port.port;
             let env = RouteEnv {

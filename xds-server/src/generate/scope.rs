@@ -8,8 +8,21 @@
 //! mutual TLS mode (PeerAuthentication) and, where locality-aware load balancing is
 //! configured, its locality. [`ScopeIndex`] precomputes
 //! those selectors once per snapshot so a scope costs a few label comparisons.
+//!
+//! **Client input is classed, not kept.** A proxy claims its namespace, locality and
+//! labels; distinct claims must not each cost a cached copy of a scope's parts. The
+//! generators read the namespace only by comparing it with namespaces the snapshot
+//! names (objects' namespaces, `exportTo` lists, `sourceNamespace` matches, the root
+//! namespace), so every namespace the snapshot does not name yields the same output:
+//! they share one scope, [`UNNAMED_NAMESPACE`]. Likewise a locality part (region, zone,
+//! subzone) is compared only with that part of endpoints' localities and of
+//! `failover`/`distribute` rules, so an unknown value becomes [`UNKNOWN_LOCALITY`], and a
+//! `failoverPriority` label value no endpoint carries counts as absent (it matches none).
+//! The scope's other inputs are selected by configuration (selectors, services,
+//! PeerAuthentications), so the number of distinct scopes is bounded by the snapshot,
+//! not by clients; the snapshot's cache is capped besides (`generate/snapshot.rs`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use pilotfish_mesh::api::{Labels, LoadBalancerSettings, TrafficPolicy};
@@ -123,9 +136,23 @@ impl Scope {
     }
 }
 
+/// The scope namespace of every proxy whose namespace the snapshot does not name (not a
+/// valid Kubernetes namespace name, so no real one collides with it).
+pub const UNNAMED_NAMESPACE: &str = "\u{0}unnamed";
+
+/// A proxy's locality part that no endpoint or locality rule names.
+pub const UNKNOWN_LOCALITY: &str = "\u{0}unknown";
+
 /// Per-snapshot indexes that make [`ScopeIndex::scope`] cheap.
 #[derive(Debug, Default)]
 pub struct ScopeIndex {
+    /// Every namespace the snapshot names (see the module doc).
+    named_namespaces: HashSet<String>,
+    /// Per locality part (region, zone, subzone): the values endpoints and locality rules
+    /// name.
+    locality_values: [HashSet<String>; 3],
+    /// Per `failoverPriority` label: the values endpoints carry.
+    failover_values: HashMap<String, HashSet<String>>,
     /// Workload-selector DestinationRules: (namespace, selector).
     dr_selectors: Vec<(String, Labels)>,
     /// Distinct `sourceLabels` selectors of VirtualService matches.
@@ -150,6 +177,7 @@ impl ScopeIndex {
     pub fn new(push: &PushContext) -> ScopeIndex {
         let mut index = ScopeIndex {
             root_namespace: push.mesh().root_namespace.clone(),
+            named_namespaces: named_namespaces(push),
             ..ScopeIndex::default()
         };
         for dr in push.destination_rules() {
@@ -185,6 +213,21 @@ impl ScopeIndex {
         for eps in &push.data().endpoints {
             for port in &eps.ports {
                 for e in &port.endpoints {
+                    let parts = [&e.locality.region, &e.locality.zone, &e.locality.subzone];
+                    for (values, part) in index.locality_values.iter_mut().zip(parts) {
+                        if !values.contains(part) {
+                            values.insert(part.clone());
+                        }
+                    }
+                    for key in &index.failover_priority_labels {
+                        if let Some(v) = e.labels.get(key) {
+                            index
+                                .failover_values
+                                .entry(key.clone())
+                                .or_default()
+                                .insert(v.clone());
+                        }
+                    }
                     if !e.locality.is_empty() {
                         index
                             .locality_by_ip
@@ -247,6 +290,49 @@ impl ScopeIndex {
             self.locality_sensitive = true;
             self.failover_priority_labels
                 .extend(l.failover_priority.iter().cloned());
+            // Rules compare a proxy's region with `failover.from`, and its parts with
+            // `distribute.from` patterns.
+            for f in &l.failover {
+                for region in f.from.iter().chain(&f.to) {
+                    self.locality_values[0].insert(region.clone());
+                }
+            }
+            for d in &l.distribute {
+                for (values, part) in self
+                    .locality_values
+                    .iter_mut()
+                    .zip(d.from.iter().flat_map(|f| f.split('/')))
+                {
+                    values.insert(part.to_string());
+                }
+            }
+        }
+    }
+
+    /// The scope namespace of a proxy in `namespace`: itself when the snapshot names it,
+    /// else [`UNNAMED_NAMESPACE`].
+    pub fn namespace_class(&self, namespace: &str) -> String {
+        if self.named_namespaces.contains(namespace) {
+            namespace.to_string()
+        } else {
+            UNNAMED_NAMESPACE.to_string()
+        }
+    }
+
+    /// `locality` with every part no endpoint or rule names replaced by
+    /// [`UNKNOWN_LOCALITY`]: compared only for equality, it behaves the same.
+    fn locality_class(&self, locality: Locality) -> Locality {
+        let class = |values: &HashSet<String>, part: String| {
+            if values.contains(&part) {
+                part
+            } else {
+                UNKNOWN_LOCALITY.to_string()
+            }
+        };
+        Locality {
+            region: class(&self.locality_values[0], locality.region),
+            zone: class(&self.locality_values[1], locality.zone),
+            subzone: class(&self.locality_values[2], locality.subzone),
         }
     }
 
@@ -272,19 +358,31 @@ impl ScopeIndex {
             .collect();
         let locality = if self.locality_sensitive {
             // The node's own locality first (as Istio), else its endpoint's.
-            proxy.locality.clone().or_else(|| {
-                proxy
-                    .ips
-                    .iter()
-                    .find_map(|ip| self.locality_by_ip.get(&ip.to_string()).cloned())
-            })
+            proxy
+                .locality
+                .clone()
+                .or_else(|| {
+                    proxy
+                        .ips
+                        .iter()
+                        .find_map(|ip| self.locality_by_ip.get(&ip.to_string()).cloned())
+                })
+                .map(|l| self.locality_class(l))
         } else {
             None
         };
+        // A value no endpoint carries matches no endpoint, as an absent label does.
         let failover_labels = self
             .failover_priority_labels
             .iter()
-            .map(|k| (k.clone(), proxy.labels.get(k).cloned()))
+            .map(|k| {
+                let value = proxy.labels.get(k).filter(|v| {
+                    self.failover_values
+                        .get(k)
+                        .is_some_and(|values| values.contains(*v))
+                });
+                (k.clone(), value.cloned())
+            })
             .collect();
         let (inbound, inbound_mtls) = match flavor {
             Flavor::Sidecar => (self.inbound_ports(proxy), Some(self.mtls(proxy))),
@@ -292,7 +390,7 @@ impl ScopeIndex {
         };
         Scope {
             flavor: Some(flavor),
-            namespace: proxy.namespace.clone(),
+            namespace: self.namespace_class(&proxy.namespace),
             dr_selectors,
             source_selectors,
             locality,
@@ -363,6 +461,51 @@ impl ScopeIndex {
             .map(|(port, protocol)| InboundPort { port, protocol })
             .collect()
     }
+}
+
+/// Every namespace `push` names: those of its objects (of every kind: taken from the
+/// content hashes, which cover them all), the root namespace, and those named by
+/// `exportTo` (objects' own and the mesh defaults) and by `sourceNamespace` matches.
+/// An input that reads a proxy's namespace otherwise must add its namespaces here.
+fn named_namespaces(push: &PushContext) -> HashSet<String> {
+    let hashes = push.hashes();
+    let mesh = push.mesh();
+    let mut out: HashSet<String> = hashes
+        .services
+        .keys()
+        .chain(hashes.endpoints.keys())
+        .map(|(_, ns)| ns.clone())
+        .chain(hashes.configs.keys().map(|k| k.namespace.clone()))
+        .collect();
+    out.insert(mesh.root_namespace.clone());
+    let lists = [
+        &mesh.default_service_export_to,
+        &mesh.default_virtual_service_export_to,
+        &mesh.default_destination_rule_export_to,
+    ];
+    out.extend(lists.into_iter().flatten().cloned());
+    for s in push.services() {
+        out.insert(s.namespace.clone());
+        out.extend(s.export_to.0.iter().cloned());
+    }
+    for dr in push.destination_rules() {
+        out.insert(dr.meta.namespace.clone());
+        out.extend(dr.spec.export_to.iter().cloned());
+    }
+    for vs in push.virtual_services() {
+        out.insert(vs.meta.namespace.clone());
+        out.extend(vs.spec.export_to.iter().cloned());
+        let http = vs.spec.http.iter().flat_map(|r| &r.r#match);
+        out.extend(http.filter_map(|m| m.source_namespace.clone()));
+        let tcp = vs.spec.tcp.iter().flat_map(|r| &r.r#match);
+        out.extend(tcp.filter_map(|m| m.source_namespace.clone()));
+        let tls = vs.spec.tls.iter().flat_map(|r| &r.r#match);
+        out.extend(tls.filter_map(|m| m.source_namespace.clone()));
+    }
+    for pa in push.peer_authentications() {
+        out.insert(pa.meta.namespace.clone());
+    }
+    out
 }
 
 #[cfg(test)]
@@ -471,9 +614,15 @@ spec:
             "no node locality, no endpoint: unknown"
         );
         p.locality = Some(Locality::parse("eu/eu-1a/rack2"));
+        let unknown = || UNKNOWN_LOCALITY.to_string();
         assert_eq!(
             index.scope(&p).locality,
-            Some(Locality::parse("eu/eu-1a/rack2"))
+            Some(Locality {
+                region: unknown(),
+                zone: unknown(),
+                subzone: unknown(),
+            }),
+            "the node's locality, classed: no endpoint or rule names any of its parts"
         );
     }
 

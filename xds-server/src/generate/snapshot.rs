@@ -18,14 +18,29 @@
 //! The generators do no telemetry: each part's generation returns its [`Finding`]s, and
 //! `report` logs and counts them here — once per generated part, since parts are
 //! cached.
+//!
+//! **Incremental generation.** A snapshot made with [`GeneratedSnapshot::following`]
+//! takes from the snapshot it replaces (while that one is still alive: it is held weakly)
+//! every part, or every resource of a part, whose inputs did not change — judged by the
+//! mesh diff ([`ChangeSummary`]) and, per resource, by comparing the very values the
+//! resource reads. [`reuse_rule`] states, per part, which changes leave it as it was: a
+//! part is reused whole only when nothing it reads changed and the proxy's projected
+//! scope is equal in both; when only VirtualServices changed, a sidecar's own route
+//! configurations and own listeners (and a proxyless client's route configurations) are
+//! taken one by one where the VirtualService that applies to their host is equal in both
+//! snapshots. Everything else is generated, so a VirtualService edit on one service
+//! regenerates that service's route configuration, its listener and each port's catch-all
+//! per scope, and nothing of clusters or endpoints. The previous snapshot's parts are
+//! only looked at, never generated on its behalf.
 
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
+use pilotfish_mesh::config::ConfigKind;
 use pilotfish_mesh::model::{Proxy, ProxyType, Resolution, TargetPort};
-use pilotfish_mesh::push_context::{PushContext, diff};
+use pilotfish_mesh::push_context::{ChangeSummary, PushContext, diff};
 
 pub use crate::ads::ResourceMap;
 use crate::ads::{ChangeKind, Resource, XdsSnapshot, XdsType, shared_part};
@@ -38,22 +53,36 @@ use super::metrics::{
     GENERATIONS, INCONSISTENT_REFERENCES, PROXYLESS_DOWNGRADES, UNRESOLVED_DESTINATIONS,
     UNSUPPORTED_PROXIES,
 };
-use super::plan::{OutboundPlan, outbound_plan};
+use super::plan::{OutboundPlan, outbound_plan, outbound_ports};
 use super::sanitize::{sanitize_listeners, sanitize_routes};
 use super::scope::{Flavor, Part, Scope, ScopeIndex};
 use super::util::resource_any;
-use super::{cds, eds, lds, rds};
+use super::{cds, eds, lds, names, rds};
 
-/// A concurrent map of lazily computed values; one computation per key.
+/// A concurrent map of lazily computed values; one computation per key. It holds at most
+/// `capacity` values: past that, the least recently used computed value is forgotten
+/// (whoever holds it keeps it; asking again computes it again).
 #[derive(Debug)]
 struct Cache<K, V> {
-    slots: Mutex<HashMap<K, Arc<OnceLock<V>>>>,
+    slots: Mutex<Slots<K, V>>,
+    capacity: usize,
 }
 
-impl<K: Eq + Hash, V: Clone> Cache<K, V> {
-    fn new() -> Self {
+#[derive(Debug)]
+struct Slots<K, V> {
+    /// Each value's slot and when it was last asked for.
+    map: HashMap<K, (Arc<OnceLock<V>>, u64)>,
+    clock: u64,
+}
+
+impl<K: Eq + Hash + Clone, V: Clone> Cache<K, V> {
+    fn new(capacity: usize) -> Self {
         Cache {
-            slots: Mutex::new(HashMap::new()),
+            slots: Mutex::new(Slots {
+                map: HashMap::new(),
+                clock: 0,
+            }),
+            capacity: capacity.max(1),
         }
     }
 
@@ -62,23 +91,143 @@ impl<K: Eq + Hash, V: Clone> Cache<K, V> {
             // A panic while holding the lock cannot leave the map inconsistent (insertions
             // are single operations), so a poisoned lock is still usable.
             let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-            slots.entry(key).or_default().clone()
+            slots.clock += 1;
+            let now = slots.clock;
+            let fresh = !slots.map.contains_key(&key);
+            let slot = {
+                let entry = slots.map.entry(key.clone()).or_default();
+                entry.1 = now;
+                entry.0.clone()
+            };
+            if fresh && slots.map.len() > self.capacity {
+                // Scans only when a new value is added (that is a generation anyway);
+                // a value still being computed is not evicted.
+                let oldest = slots
+                    .map
+                    .iter()
+                    .filter(|(k, (slot, _))| **k != key && slot.get().is_some())
+                    .min_by_key(|(_, (_, used))| *used)
+                    .map(|(k, _)| k.clone());
+                if let Some(oldest) = oldest {
+                    slots.map.remove(&oldest);
+                }
+            }
+            slot
         };
         slot.get_or_init(init).clone()
     }
 
     fn len(&self) -> usize {
-        self.slots.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map
+            .len()
     }
 
     /// Whether `key` has a value (or one is being computed).
     fn contains(&self, key: &K) -> bool {
+        self.peek(key).is_some()
+    }
+
+    /// The value of `key`, if computed; never computes it (nor counts as a use).
+    fn peek(&self, key: &K) -> Option<V> {
         self.slots
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .map
             .get(key)
-            .is_some_and(|slot| slot.get().is_some())
+            .and_then(|(slot, _)| slot.get().cloned())
     }
+}
+
+/// At most this many parts are cached per snapshot. Scopes are bounded by the snapshot
+/// already (client input is classed, `generate/scope.rs`); this bounds the rest, e.g. a
+/// mesh whose selectors split proxies into very many scopes. 1,000 services in 20
+/// namespaces with a few workload shapes need about a hundred.
+pub const PART_CACHE_CAPACITY: usize = 2048;
+
+/// How much of a part a snapshot may take from the snapshot it replaces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reuse {
+    /// Generate it.
+    No,
+    /// Take the whole part, when the proxy's projected scope is equal in both snapshots.
+    Whole,
+    /// Only VirtualServices changed: take each of a service's own resources (route
+    /// configuration, listeners) whose host has an equal VirtualService in both snapshots.
+    PerResource,
+}
+
+/// What a part of `flavor` may take from the previous snapshot, given what changed
+/// (`summary`, and `change`: whether the change is endpoints-only by [`change_kind`]'s
+/// rules). Each rule lists what the part's generator reads; a kind not named here is
+/// read by every part, so new kinds are safe by default.
+/// - inbound clusters and listener: only the projected scope (values: the workload's
+///   ports and mutual TLS mode) and the mesh config; of config kinds, those the scope
+///   captures;
+/// - outbound clusters: the plan (services, DestinationRules), the mesh config and the
+///   endpoints' identities (which an endpoints-only change keeps);
+/// - endpoints: the plan, the endpoints, the mesh config;
+/// - outbound listeners and routes: the plan, the mesh config, VirtualServices (by host
+///   for a service's own resources, all of them for the ports' shared ones) and nothing
+///   of endpoints an endpoints-only change can alter. A proxyless client's listeners
+///   read only the plan.
+pub fn reuse_rule(
+    part: Part,
+    flavor: Flavor,
+    change: ChangeKind,
+    summary: &ChangeSummary,
+) -> Reuse {
+    if summary.mesh_changed {
+        return Reuse::No;
+    }
+    let only_virtual_services = summary
+        .configs
+        .iter()
+        .all(|k| k.kind == ConfigKind::VirtualService);
+    let plan_kept = summary.services.is_empty() && only_virtual_services;
+    let eds_only = summary.endpoints.is_empty() || change == ChangeKind::EndpointsOnly;
+    let whole_if = |kept: bool| if kept { Reuse::Whole } else { Reuse::No };
+    // The kinds whose effect on the inbound parts the projected scope captures (the
+    // workload's ports from services and endpoints, its mode from PeerAuthentications),
+    // or which they do not read at all.
+    let inbound_kept = summary.configs.iter().all(|k| {
+        matches!(
+            k.kind,
+            ConfigKind::VirtualService
+                | ConfigKind::DestinationRule
+                | ConfigKind::ServiceEntry
+                | ConfigKind::PeerAuthentication
+                | ConfigKind::Service
+                | ConfigKind::EndpointSlice
+                | ConfigKind::Pod
+        )
+    });
+    match part {
+        Part::InboundClusters | Part::InboundListener => whole_if(inbound_kept),
+        Part::OutboundClusters => whole_if(plan_kept && eds_only),
+        Part::Endpoints => whole_if(plan_kept && summary.endpoints.is_empty()),
+        Part::OutboundListeners if flavor == Flavor::Proxyless => whole_if(plan_kept),
+        Part::OutboundListeners | Part::Routes => {
+            if !(plan_kept && eds_only) {
+                Reuse::No
+            } else if summary.configs.is_empty() {
+                Reuse::Whole
+            } else {
+                Reuse::PerResource
+            }
+        }
+    }
+}
+
+/// The snapshot a [`GeneratedSnapshot::following`] one may take parts from.
+#[derive(Debug)]
+struct Base {
+    /// Weak: a snapshot never keeps its predecessor (nor a chain of them) alive; once
+    /// every stream has moved on, nothing is left to take.
+    previous: Weak<GeneratedSnapshot>,
+    summary: ChangeSummary,
 }
 
 /// The parts derived from a scope's outbound plan.
@@ -102,6 +251,24 @@ pub struct GeneratedSnapshot {
     plans: Mutex<HashMap<Scope, Weak<OutboundPlan>>>,
     parts: Cache<(Part, Scope), Arc<ResourceMap>>,
     generations: AtomicU64,
+    base: Option<Base>,
+    /// Resources generated (encoded) per part, and parts or resources taken from `base`.
+    generated_resources: [AtomicU64; PARTS],
+    reused_parts: AtomicU64,
+    reused_resources: AtomicU64,
+}
+
+const PARTS: usize = 6;
+
+fn part_index(part: Part) -> usize {
+    match part {
+        Part::OutboundClusters => 0,
+        Part::InboundClusters => 1,
+        Part::Endpoints => 2,
+        Part::OutboundListeners => 3,
+        Part::InboundListener => 4,
+        Part::Routes => 5,
+    }
 }
 
 impl GeneratedSnapshot {
@@ -128,13 +295,164 @@ impl GeneratedSnapshot {
             previous_version,
             index,
             plans: Mutex::new(HashMap::new()),
-            parts: Cache::new(),
+            parts: Cache::new(PART_CACHE_CAPACITY),
             generations: AtomicU64::new(0),
+            base: None,
+            generated_resources: Default::default(),
+            reused_parts: AtomicU64::new(0),
+            reused_resources: AtomicU64::new(0),
         }
+    }
+
+    /// The snapshot of `push` published as `version`, replacing `previous`: the change
+    /// kind is computed against it, and parts and resources whose inputs did not change
+    /// are taken from it while it is alive (see the module doc).
+    pub fn following(
+        previous: &Arc<GeneratedSnapshot>,
+        push: Arc<PushContext>,
+        version: u64,
+    ) -> Self {
+        let summary = diff(&previous.push, &push);
+        let change = change_kind_of(&previous.push, &push, &summary);
+        let mut snapshot = Self::new_since(push, version, Some(previous.version), change);
+        snapshot.base = Some(Base {
+            previous: Arc::downgrade(previous),
+            summary,
+        });
+        snapshot
+    }
+
+    /// Resources of `part` generated (not taken from the previous snapshot) so far.
+    pub fn generated_resources(&self, part: Part) -> u64 {
+        self.generated_resources[part_index(part)].load(Ordering::Relaxed)
+    }
+
+    /// Parts, and single resources, taken from the previous snapshot so far.
+    pub fn reused(&self) -> (u64, u64) {
+        (
+            self.reused_parts.load(Ordering::Relaxed),
+            self.reused_resources.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The previous snapshot (if alive) and what `part` may take from it.
+    fn base_for(&self, part: Part, flavor: Flavor) -> Option<(Arc<GeneratedSnapshot>, Reuse)> {
+        let base = self.base.as_ref()?;
+        let rule = reuse_rule(part, flavor, self.change, &base.summary);
+        if rule == Reuse::No {
+            return None;
+        }
+        Some((base.previous.upgrade()?, rule))
+    }
+
+    /// The part the previous snapshot generated for `proxy`, when `part` may be taken
+    /// from it as `want` says and the proxy's projected scope is equal in both snapshots
+    /// (for [`Reuse::PerResource`], but for the VirtualService `sourceLabels` selectors:
+    /// their indexes move with VirtualServices, and a reused resource reads only its own
+    /// VirtualService's selectors, which the old scope already fixed).
+    fn previous_part(
+        &self,
+        proxy: &Proxy,
+        scope: &Scope,
+        part: Part,
+        want: Reuse,
+    ) -> Option<(Arc<GeneratedSnapshot>, Arc<ResourceMap>)> {
+        let (previous, rule) = self.base_for(part, Flavor::of(proxy))?;
+        if rule != want {
+            return None;
+        }
+        let old = previous.index.scope(proxy).for_part(part);
+        let new = scope.for_part(part);
+        let equal = match rule {
+            Reuse::PerResource => {
+                Scope {
+                    source_selectors: Vec::new(),
+                    ..old.clone()
+                } == Scope {
+                    source_selectors: Vec::new(),
+                    ..new
+                }
+            }
+            _ => old == new,
+        };
+        if !equal {
+            return None;
+        }
+        let found = previous.parts.peek(&(part, old))?;
+        Some((previous, found))
+    }
+
+    /// A service's own resources of `part` (sidecar route configurations and listeners,
+    /// proxyless route configurations) the previous snapshot generated and this one may
+    /// keep: their host's VirtualService is equal in both (everything else they read is
+    /// unchanged, or [`reuse_rule`] would not allow [`Reuse::PerResource`]).
+    fn lent_resources(
+        &self,
+        proxy: &Proxy,
+        scope: &Scope,
+        part: Part,
+        plan: &OutboundPlan,
+    ) -> ResourceMap {
+        let mut lent = ResourceMap::new();
+        let Some((previous, old)) = self.previous_part(proxy, scope, part, Reuse::PerResource)
+        else {
+            return lent;
+        };
+        let namespace = &proxy.namespace;
+        let same_routing = |host: &str| {
+            let old_vs = previous.push.virtual_service_for_host(host, namespace);
+            let new_vs = self.push.virtual_service_for_host(host, namespace);
+            old_vs.map(|v| &**v) == new_vs.map(|v| &**v)
+        };
+        let mut lend = |name: String, host: &str| {
+            if let Some(r) = old.get(&name)
+                && same_routing(host)
+            {
+                lent.insert(name, r.clone());
+            }
+        };
+        match (part, Flavor::of(proxy)) {
+            (Part::Routes, Flavor::Sidecar) => {
+                for (port, services) in outbound_ports(plan) {
+                    for (c, _) in &services.own_listeners {
+                        if c.port.protocol.is_http() {
+                            lend(
+                                names::host_port(&c.service.hostname, port),
+                                &c.service.hostname,
+                            );
+                        }
+                    }
+                }
+            }
+            (Part::Routes, Flavor::Proxyless) => {
+                for c in plan.clusters.iter().filter(|c| c.subset.is_empty()) {
+                    lend(
+                        names::host_port(&c.service.hostname, c.port.port),
+                        &c.service.hostname,
+                    );
+                }
+            }
+            (Part::OutboundListeners, Flavor::Sidecar) => {
+                for (port, services) in outbound_ports(plan) {
+                    for (c, ips) in &services.own_listeners {
+                        for ip in ips {
+                            lend(names::vip_listener(ip, port), &c.service.hostname);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        lent
     }
 
     pub fn push_context(&self) -> &Arc<PushContext> {
         &self.push
+    }
+
+    /// How this snapshot differs from the one published before it.
+    pub fn change(&self) -> ChangeKind {
+        self.change
     }
 
     /// Parts generated so far (cache misses), for tests and debug pages.
@@ -201,7 +519,11 @@ impl GeneratedSnapshot {
             &mut findings,
         ));
         report(&findings);
-        lock().insert(key, Arc::downgrade(&plan));
+        let mut plans = lock();
+        // Forget plans no part generation holds any more, so the map stays as small as
+        // the scopes being generated at once.
+        plans.retain(|_, held| held.strong_count() > 0);
+        plans.insert(key, Arc::downgrade(&plan));
         plan
     }
 
@@ -209,8 +531,13 @@ impl GeneratedSnapshot {
         let key = (part, scope.for_part(part));
         if PLANNED.contains(&part) && !self.parts.contains(&key) {
             // One plan serves every planned part of the scope: generate them while it is
-            // held here, rather than computing it again for each.
-            let _plan = self.plan(proxy, scope);
+            // held here, rather than computing it again for each (unless every one of
+            // them is taken whole from the previous snapshot).
+            let needs_plan = PLANNED.iter().any(|p| {
+                !self.parts.contains(&(*p, scope.for_part(*p)))
+                    && self.previous_part(proxy, scope, *p, Reuse::Whole).is_none()
+            });
+            let _plan = needs_plan.then(|| self.plan(proxy, scope));
             for sibling in PLANNED {
                 self.generated(proxy, scope, sibling);
             }
@@ -221,6 +548,10 @@ impl GeneratedSnapshot {
     fn generated(&self, proxy: &Proxy, scope: &Scope, part: Part) -> Arc<ResourceMap> {
         let key = (part, scope.for_part(part));
         self.parts.get_or_init(key, || {
+            if let Some((_, whole)) = self.previous_part(proxy, scope, part, Reuse::Whole) {
+                self.reused_parts.fetch_add(1, Ordering::Relaxed);
+                return whole;
+            }
             self.generations.fetch_add(1, Ordering::Relaxed);
             GENERATIONS.with_label_values(&[part_label(part)]).inc();
             let mut findings = Vec::new();
@@ -238,6 +569,26 @@ impl GeneratedSnapshot {
         proxy: &Proxy,
         scope: &Scope,
         part: Part,
+        findings: &mut Vec<Finding>,
+    ) -> ResourceMap {
+        let mut lent = ResourceMap::new();
+        let mut resources = self.generate_lending(proxy, scope, part, &mut lent, findings);
+        self.generated_resources[part_index(part)]
+            .fetch_add(resources.len() as u64, Ordering::Relaxed);
+        self.reused_resources
+            .fetch_add(lent.len() as u64, Ordering::Relaxed);
+        resources.extend(lent);
+        resources
+    }
+
+    /// Generates one part but for the resources put in `lent` (taken from the previous
+    /// snapshot; [`GeneratedSnapshot::generate`] adds them).
+    fn generate_lending(
+        &self,
+        proxy: &Proxy,
+        scope: &Scope,
+        part: Part,
+        lent: &mut ResourceMap,
         findings: &mut Vec<Finding>,
     ) -> ResourceMap {
         let push = &*self.push;
@@ -261,15 +612,26 @@ impl GeneratedSnapshot {
             }
             Part::OutboundListeners => {
                 let plan = self.plan(proxy, scope);
+                let offered = self.lent_resources(proxy, scope, part, &plan);
+                let reused = |name: &str| offered.contains_key(name);
                 let mut listeners = match flavor {
                     Flavor::Sidecar => {
-                        lds::sidecar_outbound_listeners(push, proxy, &plan, findings)
+                        lds::sidecar_outbound_listeners(push, proxy, &plan, &reused, findings)
                     }
                     Flavor::Proxyless => lds::proxyless_listeners(&plan),
                 };
                 findings.extend(sanitize_listeners(&mut listeners, &|c| {
                     known_cluster(&plan, flavor, c)
                 }));
+                // The stubs that stand for reused listeners (those the sanitizer kept)
+                // are replaced by the previous snapshot's listeners.
+                listeners.retain(|l| match offered.get(&l.name) {
+                    Some(r) => {
+                        lent.insert(l.name.clone(), r.clone());
+                        false
+                    }
+                    None => true,
+                });
                 encode(listeners, |l| &l.name)
             }
             Part::InboundListener => {
@@ -280,9 +642,15 @@ impl GeneratedSnapshot {
             }
             Part::Routes => {
                 let plan = self.plan(proxy, scope);
+                *lent = self.lent_resources(proxy, scope, part, &plan);
+                let reused = |name: &str| lent.contains_key(name);
                 let mut routes = match flavor {
-                    Flavor::Sidecar => rds::sidecar_route_configs(push, proxy, &plan, findings),
-                    Flavor::Proxyless => rds::proxyless_route_configs(push, proxy, &plan, findings),
+                    Flavor::Sidecar => {
+                        rds::sidecar_route_configs(push, proxy, &plan, &reused, findings)
+                    }
+                    Flavor::Proxyless => {
+                        rds::proxyless_route_configs(push, proxy, &plan, &reused, findings)
+                    }
                 };
                 findings.extend(sanitize_routes(&mut routes, &|c| {
                     known_cluster(&plan, flavor, c)
@@ -450,7 +818,11 @@ impl XdsSnapshot for GeneratedSnapshot {
 /// ORIGINAL_DST clusters, so their changes are EDS-free but harmless — except whether all
 /// of a port's endpoints run a sidecar, which decides the cluster's auto mTLS).
 pub fn change_kind(old: &PushContext, new: &PushContext) -> ChangeKind {
-    let summary = diff(old, new);
+    change_kind_of(old, new, &diff(old, new))
+}
+
+/// [`change_kind`] from an already computed `summary` of `old` → `new`.
+fn change_kind_of(old: &PushContext, new: &PushContext, summary: &ChangeSummary) -> ChangeKind {
     if !summary.is_endpoints_only() {
         return ChangeKind::Full;
     }
@@ -500,5 +872,40 @@ pub fn change_kind(old: &PushContext, new: &PushContext) -> ChangeKind {
         ChangeKind::Full
     } else {
         ChangeKind::EndpointsOnly
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_forgets_the_least_recently_used_value_past_its_capacity() {
+        let cache: Cache<u32, u32> = Cache::new(3);
+        let computed = AtomicU64::new(0);
+        let get = |k: u32| {
+            cache.get_or_init(k, || {
+                computed.fetch_add(1, Ordering::Relaxed);
+                k * 10
+            })
+        };
+        for k in 0..3 {
+            assert_eq!(get(k), k * 10);
+        }
+        get(0); // 1 is now the least recently used
+        get(3);
+        assert_eq!(cache.len(), 3);
+        assert!(cache.contains(&0) && !cache.contains(&1));
+        assert_eq!(computed.load(Ordering::Relaxed), 4);
+        for k in 4..1000 {
+            get(k);
+        }
+        assert_eq!(cache.len(), 3, "bounded whatever is asked");
+        get(1);
+        assert_eq!(
+            computed.load(Ordering::Relaxed),
+            1001,
+            "1 was computed again"
+        );
     }
 }

@@ -10,5 +10,6 @@ mod export_to;
 mod generators;
 mod golden;
 mod harness;
+mod incremental;
 mod istio_fields;
 mod push_bytes;
