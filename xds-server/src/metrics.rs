@@ -146,12 +146,14 @@ pub static ADS_CONNECTIONS_ENDED: LazyLock<IntCounterVec> = LazyLock::new(|| {
 /// `pilotfish_xds_streams_refused_total{reason}`: new ADS streams refused — with
 /// `UNAVAILABLE` (`rate_limit`, `draining`) so the client retries another replica, or with
 /// `PERMISSION_DENIED` (`unauthorized_node`: the node claims a namespace or service
-/// account its authenticated identity does not have).
+/// account its authenticated identity does not have), or streams ended past a per-stream
+/// cap (`over_limit`: type URLs, `INVALID_ARGUMENT`; `subscription_limit`: subscribed
+/// names, `RESOURCE_EXHAUSTED`).
 pub static STREAMS_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         Opts::new(
             "pilotfish_xds_streams_refused_total",
-            "ADS streams refused or ended, by reason (rate_limit, draining: UNAVAILABLE; unauthorized_node: PERMISSION_DENIED; over_limit: INVALID_ARGUMENT)."
+            "ADS streams refused or ended, by reason (rate_limit, draining: UNAVAILABLE; unauthorized_node: PERMISSION_DENIED; over_limit: INVALID_ARGUMENT; subscription_limit: RESOURCE_EXHAUSTED)."
         ),
         &["reason"]
     )

@@ -51,8 +51,8 @@ pub use resource::{ChangeKind, Resource, ResourceMap, XdsSnapshot, content_versi
 pub use service::{AdsConfig, AdsError, AdsServer};
 pub use sotw::SotwStream;
 pub use state::{
-    AckStatus, MAX_TYPE_URL_BYTES, MAX_UNKNOWN_TYPES, NackStatus, ProtocolEvent, SentStatus,
-    Subscription, TypeStatus, WILDCARD,
+    AckStatus, Limit, MAX_SUBSCRIBED_NAME_BYTES, MAX_SUBSCRIBED_NAMES, MAX_TYPE_URL_BYTES,
+    MAX_UNKNOWN_TYPES, NackStatus, ProtocolEvent, SentStatus, Subscription, TypeStatus, WILDCARD,
 };
 pub use types::{CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, XdsType};
 pub use view::{ServedSnapshot, SnapshotReceiver, SnapshotSender, StampedSnapshot, View};

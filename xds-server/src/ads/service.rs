@@ -32,7 +32,7 @@ use super::grpc::{
 use super::names::NameSets;
 use super::registry::{ConnectionRegistry, StreamHandle, StreamMode, StreamStatus};
 use super::sotw::SotwStream;
-use super::state::{ProtocolEvent, TypeStatus};
+use super::state::{Limit, ProtocolEvent, TypeStatus};
 use super::types::XdsType;
 use super::view::{ServedSnapshot, SnapshotReceiver};
 use super::wire::{ControlPlane, DeltaResponse, Encoded, SotwResponse, encode_delta, encode_sotw};
@@ -558,17 +558,25 @@ fn connection_ending() -> Status {
     )
 }
 
-/// Turns a machine's events into metrics and logs.
-/// The status that ends a stream whose client went past a per-stream limit.
+/// The status that ends a stream whose client went past a per-stream limit: type URLs
+/// nobody serves are a malformed request (`INVALID_ARGUMENT`); a subscription beyond the
+/// name caps is a valid request beyond this server's per-stream quota, which gRPC spells
+/// `RESOURCE_EXHAUSTED` (Envoy and gRPC clients retry either with backoff; the code tells
+/// an operator which it was).
 fn over_limit(events: &[ProtocolEvent]) -> Option<Status> {
     events.iter().find_map(|e| match e {
-        ProtocolEvent::OverLimit { reason } => Some(Status::invalid_argument(format!(
-            "this ADS stream went past a limit: {reason}"
-        ))),
+        ProtocolEvent::OverLimit { limit, reason } => {
+            let message = format!("this ADS stream went past a limit: {reason}");
+            Some(match limit {
+                Limit::TypeUrls => Status::invalid_argument(message),
+                Limit::SubscribedNames => Status::resource_exhausted(message),
+            })
+        }
         _ => None,
     })
 }
 
+/// Turns a machine's events into metrics and logs.
 fn absorb(events: &[ProtocolEvent]) {
     for event in events {
         match event {
@@ -587,9 +595,9 @@ fn absorb(events: &[ProtocolEvent]) {
                 metrics::STALE_NONCES.inc();
                 debug!(%xds_type, nonce, "ignoring request with a stale nonce");
             }
-            ProtocolEvent::OverLimit { reason } => {
+            ProtocolEvent::OverLimit { limit, reason } => {
                 metrics::STREAMS_REFUSED
-                    .with_label_values(&["over_limit"])
+                    .with_label_values(&[limit.label()])
                     .inc();
                 warn!(
                     reason,
