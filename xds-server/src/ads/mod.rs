@@ -10,7 +10,8 @@
 //!   by every stream; [`NameSets`], the interned subscriptions.
 //! - [`SotwStream`], [`DeltaStream`]: the per-stream protocol state machines, and the
 //!   responses they decide ([`SotwResponse`], [`DeltaResponse`]) with their encodings.
-//! - [`AdsServer`], [`AdsConfig`], and [`serve`] to run it on a listener.
+//! - [`AdsServer`], [`AdsConfig`], and [`serve`] to run it on a listener; [`Admission`],
+//!   the fair admission of new streams.
 //! - [`ConnectionRegistry`]: the open streams and their per-type status records
 //!   ([`TypeStatus`]: last sent, ACK, NACK), for `/debug/adsz` and `/debug/syncz`.
 //! - [`XdsType`] and the four served type URLs.
@@ -19,6 +20,7 @@ mod admission;
 mod connection;
 mod delta;
 mod grpc;
+mod handshake;
 mod intern;
 mod map_snapshot;
 mod names;
@@ -35,8 +37,10 @@ mod wire;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+pub use admission::{Admission, MAX_ADMISSION_WAIT, Refusal};
 pub use connection::{
-    ConnectionClosing, ConnectionPolicy, LISTEN_BACKLOG, MAX_SEND_BUFFER, listen,
+    ConnectionClosing, ConnectionPolicy, DEFAULT_MAX_CONNECTIONS, LISTEN_BACKLOG, MAX_SEND_BUFFER,
+    listen,
 };
 pub(crate) use connection::{Handler, Transport, serve_connections};
 pub use delta::DeltaStream;
