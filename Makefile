@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build test test-deps lint unit integration crds crds-check descriptors descriptors-check manifests manifests-check images bench bench-load fuzz run demo
+.PHONY: all build test test-deps lint unit integration crds crds-check descriptors descriptors-check manifests manifests-check images bench bench-load bench-reconnect fuzz run demo
 
 all: build
 
@@ -77,8 +77,14 @@ bench:
 bench-load:
 	./scripts/bench-load.sh
 
+## The mass-reconnect run (not part of `make test`; a few minutes): three release replicas,
+## 2,000 streams, one replica killed by PID, its streams back on the others with Envoy's
+## backoff while an edit is pushed (docs/PERFORMANCE.md, "Mass reconnect").
+bench-reconnect:
+	./scripts/bench-reconnect.sh
+
 ## Coverage-guided fuzzing (cargo-fuzz) of the snapshot decoder, the YAML parser and the
-## SotW ADS state machine, FUZZ_SECONDS (default 60) per target; fails on any crash.
+## SotW and delta ADS state machines, FUZZ_SECONDS (default 60) per target; fails on any crash.
 ## Uses the nightly toolchain if present, else RUSTC_BOOTSTRAP=1. See scripts/fuzz.sh.
 fuzz:
 	./scripts/fuzz.sh
