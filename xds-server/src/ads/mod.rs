@@ -24,6 +24,8 @@ mod handshake;
 mod intern;
 mod map_snapshot;
 mod names;
+#[cfg(test)]
+mod props;
 mod proto;
 mod registry;
 mod resource;

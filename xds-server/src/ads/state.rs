@@ -115,11 +115,18 @@ impl Subscription {
                 }
             }
         }
+        // A name in both lists ends unsubscribed, as in istiod: the unsubscribe list
+        // applies after the subscribe list.
+        let subscribing: BTreeSet<&str> = if unsubscribe.is_empty() {
+            BTreeSet::new()
+        } else {
+            subscribe.iter().map(String::as_str).collect()
+        };
         let mut unsubscribed = BTreeSet::new();
         for name in unsubscribe {
             if name == WILDCARD {
                 wildcard = false;
-            } else if self.names.contains(name) {
+            } else if self.names.contains(name) || subscribing.contains(name.as_str()) {
                 touched = true;
                 unsubscribed.insert(name.clone());
             }
@@ -799,6 +806,17 @@ mod tests {
         )
         .unwrap();
         assert!(!lds.wildcard);
+    }
+
+    #[test]
+    fn a_name_both_subscribed_and_unsubscribed_in_one_request_ends_unsubscribed() {
+        // Found by `props`: the subscribe list used to win.
+        let sets = NameSets::default();
+        let mut sub = Subscription::default();
+        let both = names(&["a"]);
+        sub.apply_delta(XdsType::Cluster, true, &both, &both, &sets, usize::MAX)
+            .unwrap();
+        assert!(sub.is_empty(), "{sub:?}");
     }
 
     #[test]
