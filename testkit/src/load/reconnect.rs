@@ -148,6 +148,10 @@ pub async fn run(config: ReconnectConfig) -> Result<()> {
     *run.alive.lock().unwrap_or_else(|e| e.into_inner()) = survivors.clone();
     let step_initial = Step::new(Check::Contains("reconnect-storm-edit".into()), n);
     let step_reconnected = Step::new(Check::Contains("reconnect-storm-edit".into()), n);
+    let attempts_before: usize = on_victim
+        .iter()
+        .map(|i| run.lanes[*i].attempts.load(Ordering::Relaxed))
+        .sum();
     let killed_at = Instant::now();
     kill(&mut replicas[victim]).await?;
     println!(
@@ -235,14 +239,15 @@ pub async fn run(config: ReconnectConfig) -> Result<()> {
     let attempts: usize = on_victim
         .iter()
         .map(|i| run.lanes[*i].attempts.load(Ordering::Relaxed))
-        .sum();
+        .sum::<usize>()
+        - attempts_before;
     let refused: f64 = refused_after
         .iter()
         .zip(&refused_before)
         .map(|(a, b)| a - b)
         .sum();
     println!(
-        "    {attempts} stream attempts for {} streams; the survivors refused {refused:.0} (RESOURCE_EXHAUSTED after waiting up to 1 s)",
+        "    {attempts} streams opened after the kill for {} lost; the survivors refused {refused:.0} (RESOURCE_EXHAUSTED after waiting up to 1 s)",
         on_victim.len()
     );
     let edit_base = edited_at - step_initial.started();
