@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build test test-deps lint unit integration crds crds-check descriptors descriptors-check manifests manifests-check images bench bench-load bench-discovery fuzz run demo
+.PHONY: all build test test-deps lint unit integration crds crds-check descriptors descriptors-check manifests manifests-check images bench bench-load bench-discovery bench-reconnect fuzz run demo
 
 all: build
 
@@ -83,9 +83,14 @@ bench-load:
 bench-discovery:
 	$(CARGO) build --bin pilotfish-controller --bin pilotfish-test-apiserver
 	$(CARGO) test -p pilotfish-testkit --test e2e controller_discovery -- --ignored --nocapture
+## The mass-reconnect run (not part of `make test`; a few minutes): three release replicas,
+## 2,000 streams, one replica killed by PID, its streams back on the others with Envoy's
+## backoff while an edit is pushed (docs/PERFORMANCE.md, "Mass reconnect").
+bench-reconnect:
+	./scripts/bench-reconnect.sh
 
 ## Coverage-guided fuzzing (cargo-fuzz) of the snapshot decoder, the YAML parser and the
-## SotW ADS state machine, FUZZ_SECONDS (default 60) per target; fails on any crash.
+## SotW and delta ADS state machines, FUZZ_SECONDS (default 60) per target; fails on any crash.
 ## Uses the nightly toolchain if present, else RUSTC_BOOTSTRAP=1. See scripts/fuzz.sh.
 fuzz:
 	./scripts/fuzz.sh

@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-snapshot_blob yaml_documents ads_sotw_requests}
+targets=${FUZZ_TARGETS:-snapshot_blob yaml_documents ads_sotw_requests ads_delta_requests}
 
 tools=$root/.tools/cargo
 export PATH="$tools/bin:$PATH"

@@ -152,14 +152,22 @@ struct Cli {
     /// grace so clients reconnect to other replicas spread over time; then exit.
     #[arg(long, env = "PILOTFISH_DRAIN_GRACE", default_value = "20s")]
     drain_grace: api::Duration,
-    /// New ADS streams accepted per second (bursts of twice that); beyond it they are
-    /// refused at once with UNAVAILABLE so clients retry another replica. 0: no limit.
+    /// New ADS streams accepted per second (bursts of twice that), a quarter of it per
+    /// peer address; a stream waits up to 1 s for its turn, else it is refused with
+    /// RESOURCE_EXHAUSTED and the client retries with backoff. 0: no limit.
     #[arg(
         long,
         env = "PILOTFISH_MAX_NEW_STREAMS_PER_SECOND",
         default_value_t = 100.0
     )]
     max_new_streams_per_second: f64,
+    /// Most ADS connections open at once per port; one beyond is closed at once. 0: no cap.
+    #[arg(long, env = "PILOTFISH_MAX_CONNECTIONS", default_value_t = ads::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// An ADS connection that has not finished its TLS handshake (secure port) and sent the
+    /// HTTP/2 preface and SETTINGS within this is closed.
+    #[arg(long, env = "PILOTFISH_HANDSHAKE_TIMEOUT", default_value = "10s")]
+    handshake_timeout: api::Duration,
     /// Log format.
     #[arg(long, env = "PILOTFISH_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
@@ -290,6 +298,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         replica_name: replica.clone(),
         connections: ConnectionPolicy {
             max_age: Some(cli.max_connection_age.as_std()).filter(|age| !age.is_zero()),
+            max_connections: Some(cli.max_connections).filter(|n| *n > 0),
+            handshake_timeout: cli.handshake_timeout.as_std(),
             ..ConnectionPolicy::default()
         },
         drain_grace: cli.drain_grace.as_std(),

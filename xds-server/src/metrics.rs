@@ -143,15 +143,34 @@ pub static ADS_CONNECTIONS_ENDED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("register pilotfish_xds_connections_ended_total")
 });
 
+/// `pilotfish_xds_connections_refused_total{reason}`: ADS connections closed before
+/// serving anything: beyond the connection cap (`connection_limit`, closed at once), no
+/// HTTP/2 preface and SETTINGS within the handshake timeout (`handshake_timeout`), or
+/// something else than HTTP/2 (`not_http2`).
+pub static ADS_CONNECTIONS_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        Opts::new(
+            "pilotfish_xds_connections_refused_total",
+            "ADS connections closed before serving anything, by reason (connection_limit, handshake_timeout, not_http2)."
+        ),
+        &["reason"]
+    )
+    .expect("register pilotfish_xds_connections_refused_total")
+});
+
 /// `pilotfish_xds_streams_refused_total{reason}`: new ADS streams refused — with
-/// `UNAVAILABLE` (`rate_limit`, `draining`) so the client retries another replica, or with
+/// `RESOURCE_EXHAUSTED` when admission found no token within its wait (`rate_limit`: the
+/// replica's budget; `peer_rate_limit`: the peer address's share), `UNAVAILABLE`
+/// (`draining`) so the client retries another replica, or with
 /// `PERMISSION_DENIED` (`unauthorized_node`: the node claims a namespace or service
-/// account its authenticated identity does not have).
+/// account its authenticated identity does not have), or streams ended past a per-stream
+/// cap (`over_limit`: type URLs, `INVALID_ARGUMENT`; `subscription_limit`: subscribed
+/// names, `RESOURCE_EXHAUSTED`).
 pub static STREAMS_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         Opts::new(
             "pilotfish_xds_streams_refused_total",
-            "ADS streams refused or ended, by reason (rate_limit, draining: UNAVAILABLE; unauthorized_node: PERMISSION_DENIED; over_limit: INVALID_ARGUMENT)."
+            "ADS streams refused or ended, by reason (rate_limit, peer_rate_limit: RESOURCE_EXHAUSTED; draining: UNAVAILABLE; unauthorized_node: PERMISSION_DENIED; over_limit: INVALID_ARGUMENT; subscription_limit: RESOURCE_EXHAUSTED)."
         ),
         &["reason"]
     )
@@ -170,6 +189,7 @@ pub fn register_all() {
     LazyLock::force(&INVALID_NODES);
     LazyLock::force(&ADS_CONNECTIONS);
     LazyLock::force(&ADS_CONNECTIONS_ENDED);
+    LazyLock::force(&ADS_CONNECTIONS_REFUSED);
     LazyLock::force(&STREAMS_REFUSED);
     LazyLock::force(&XDS_SENT_BYTES);
     LazyLock::force(&QUEUED_BYTES);

@@ -7,11 +7,13 @@
 //!   signed with the key the target trusts (seed `[7; 32]`).
 //! - `ads_sotw_requests`: a proxy's request sequence (wildcard CDS and LDS, EDS and RDS by
 //!   name, ACKs and a NACK), length-prefixed as the target reads them.
+//! - `ads_delta_requests`: the same for delta (subscribe and unsubscribe, a reconnect's
+//!   claims, a NACK), with a snapshot change (a length of 0).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use envoy_types::pb::google::rpc::Status;
 use pilotfish_mesh::codec::{self, HEADER_LEN, SnapshotSigner};
 use pilotfish_mesh::document::{parse_text, to_inputs};
@@ -126,11 +128,74 @@ fn main() -> Result<()> {
         }
         std::fs::write(ads_out.join(format!("sequence-{i}")), seed)?;
     }
+    let delta_out = out.join("ads_delta_requests");
+    std::fs::create_dir_all(&delta_out)?;
+    let delta =
+        |type_url: &str, subscribe: &[&str], unsubscribe: &[&str], nonce: &str, nack: bool| {
+            DeltaDiscoveryRequest {
+                node: Some(node.clone()),
+                type_url: type_url.into(),
+                resource_names_subscribe: subscribe.iter().map(|n| n.to_string()).collect(),
+                resource_names_unsubscribe: unsubscribe.iter().map(|n| n.to_string()).collect(),
+                response_nonce: nonce.into(),
+                error_detail: nack.then(|| Status {
+                    code: 3,
+                    message: "rejected".into(),
+                    details: vec![],
+                }),
+                ..Default::default()
+            }
+        };
+    let mut reconnect = delta(CLUSTER_TYPE, &["*"], &[], "", false);
+    reconnect
+        .initial_resource_versions
+        .insert("c1".into(), "stale".into());
+    // `None`: a snapshot change (length 0).
+    let delta_sequences = [
+        vec![
+            Some(delta(CLUSTER_TYPE, &[], &[], "", false)),
+            Some(delta(CLUSTER_TYPE, &[], &[], "?", false)),
+            Some(delta(ENDPOINT_TYPE, &["c1", "c2"], &[], "", false)),
+            None,
+            Some(delta(ENDPOINT_TYPE, &[], &["c2"], "?", false)),
+            Some(delta(LISTENER_TYPE, &["*"], &[], "", false)),
+            Some(delta(ROUTE_TYPE, &["r1", "zz"], &[], "", false)),
+            None,
+            Some(delta(ROUTE_TYPE, &["r2"], &["r1"], "?", true)),
+        ],
+        vec![
+            Some(reconnect),
+            Some(delta(
+                "type.googleapis.com/unknown.Type",
+                &["x"],
+                &[],
+                "",
+                false,
+            )),
+            Some(delta(LISTENER_TYPE, &["*"], &["*"], "stale", false)),
+        ],
+    ];
+    for (i, sequence) in delta_sequences.iter().enumerate() {
+        let mut seed = Vec::new();
+        for r in sequence {
+            match r {
+                None => seed.push(0),
+                Some(r) => {
+                    let bytes = r.encode_to_vec();
+                    let len =
+                        u8::try_from(bytes.len()).context("a seed request above 255 bytes")?;
+                    seed.push(len);
+                    seed.extend_from_slice(&bytes);
+                }
+            }
+        }
+        std::fs::write(delta_out.join(format!("sequence-{i}")), seed)?;
+    }
     println!(
         "seeds: {} YAML files, {} blobs, {} request sequences in {}",
         texts.len(),
         meshes.len() * 3,
-        sequences.len(),
+        sequences.len() + delta_sequences.len(),
         out.display()
     );
     Ok(())

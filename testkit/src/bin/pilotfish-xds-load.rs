@@ -10,6 +10,10 @@
 //! server (`null-serve`, this binary as a child) against the same Envoy-like streams, and
 //! prints one table per mode. Run it on another core than the server (`taskset -c 1`)
 //! with a file-descriptor limit above twice the number of streams.
+//!
+//! `reconnect` (`make bench-reconnect`) is the mass-reconnect run: three replicas, one
+//! killed, its streams reconnecting to the others with Envoy's backoff
+//! (`pilotfish_testkit::load::reconnect`).
 
 use std::path::PathBuf;
 
@@ -19,6 +23,7 @@ use pilotfish_mesh::synthetic::MeshShape;
 use pilotfish_testkit::load::bench::{self, BenchConfig};
 use pilotfish_testkit::load::client::Mode;
 use pilotfish_testkit::load::null_server;
+use pilotfish_testkit::load::reconnect::{self, ReconnectConfig};
 use pilotfish_testkit::load::wire::Capture;
 use prost::Message;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -36,6 +41,30 @@ enum Command {
     Bench(BenchArgs),
     /// Serve a captured run (the null server); stdin lines `N` move every stream to step N.
     NullServe(NullArgs),
+    /// Mass reconnect: three replicas, one killed, its streams back on the others.
+    Reconnect(ReconnectArgs),
+}
+
+#[derive(Args)]
+struct ReconnectArgs {
+    /// The `pilotfish-xds` binary (a release build).
+    #[arg(long)]
+    server_bin: PathBuf,
+    #[arg(long, default_value_t = 100)]
+    services: usize,
+    #[arg(long, default_value_t = 20)]
+    namespaces: usize,
+    #[arg(long, default_value_t = 2000)]
+    streams: usize,
+    #[arg(long, default_value_t = 3)]
+    replicas: usize,
+    #[arg(long, value_enum, default_value = "sotw")]
+    mode: ModeArg,
+    #[arg(long, default_value = "target/bench-reconnect")]
+    work_dir: PathBuf,
+    /// Extra flags for every replica, e.g. `--server-arg=--max-new-streams-per-second=200`.
+    #[arg(long = "server-arg", allow_hyphen_values = true)]
+    server_args: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -140,5 +169,22 @@ async fn main() -> Result<()> {
             .await
         }
         Command::NullServe(args) => null_serve(args).await,
+        Command::Reconnect(args) => {
+            reconnect::run(ReconnectConfig {
+                server_bin: args.server_bin,
+                shape: MeshShape {
+                    services: args.services,
+                    endpoints_per_service: 2,
+                    routed_every: 10,
+                    namespaces: args.namespaces,
+                },
+                streams: args.streams,
+                replicas: args.replicas,
+                mode: args.mode.into(),
+                work_dir: args.work_dir,
+                server_args: args.server_args,
+            })
+            .await
+        }
     }
 }

@@ -8,6 +8,7 @@
 //! replayed by the null server.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -284,10 +285,7 @@ pub async fn run(index: usize, node: Node, url: String, mode: Mode, fleet: Arc<F
     let mut result = Ok(());
     for attempt in 0..10u64 {
         let mut answered = false;
-        result = match mode {
-            Mode::Sotw => sotw(index, node.clone(), &url, &fleet, &mut answered).await,
-            Mode::Delta => delta(index, node.clone(), &url, &fleet, &mut answered).await,
-        };
+        result = open(index, node.clone(), &url, None, mode, &fleet, &mut answered).await;
         if result.is_ok() || answered {
             break;
         }
@@ -301,11 +299,33 @@ pub async fn run(index: usize, node: Node, url: String, mode: Mode, fleet: Arc<F
     }
 }
 
-async fn connect(url: &str) -> Result<tonic::client::Grpc<tonic::transport::Channel>> {
+/// One stream of `index` on its own connection to `url` (from the source address `local`,
+/// when given: a pod of its own, as the server's per-peer admission sees it), until the
+/// server ends it. `answered` is set once a response arrived.
+pub async fn open(
+    index: usize,
+    node: Node,
+    url: &str,
+    local: Option<IpAddr>,
+    mode: Mode,
+    fleet: &Fleet,
+    answered: &mut bool,
+) -> Result<()> {
+    match mode {
+        Mode::Sotw => sotw(index, node, url, local, fleet, answered).await,
+        Mode::Delta => delta(index, node, url, local, fleet, answered).await,
+    }
+}
+
+async fn connect(
+    url: &str,
+    local: Option<IpAddr>,
+) -> Result<tonic::client::Grpc<tonic::transport::Channel>> {
     let mut last = None;
     // A connection refused while thousands connect at once is retried, as Envoy would.
     for attempt in 0..20u64 {
         match tonic::transport::Endpoint::from_shared(url.to_string())?
+            .local_address(local)
             .connect()
             .await
         {
@@ -338,10 +358,11 @@ async fn sotw(
     index: usize,
     node: Node,
     url: &str,
+    local: Option<IpAddr>,
     fleet: &Fleet,
     answered: &mut bool,
 ) -> Result<()> {
-    let mut grpc = connect(url).await?;
+    let mut grpc = connect(url, local).await?;
     let (tx, rx) = mpsc::unbounded_channel::<DiscoveryRequest>();
     let mut types: HashMap<&'static str, SotwType> = HashMap::new();
     for (i, type_url) in [CLUSTER, LISTENER].into_iter().enumerate() {
@@ -495,10 +516,11 @@ async fn delta(
     index: usize,
     node: Node,
     url: &str,
+    local: Option<IpAddr>,
     fleet: &Fleet,
     answered: &mut bool,
 ) -> Result<()> {
-    let mut grpc = connect(url).await?;
+    let mut grpc = connect(url, local).await?;
     let (tx, rx) = mpsc::unbounded_channel::<DeltaDiscoveryRequest>();
     let mut types: HashMap<&'static str, DeltaType> = HashMap::new();
     for (i, type_url) in [CLUSTER, LISTENER].into_iter().enumerate() {

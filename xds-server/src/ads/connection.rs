@@ -12,6 +12,13 @@
 //! streams end with `UNAVAILABLE`, and after a short close grace the socket is closed.
 //! Ending only the stream would let the client retry over the same connection.
 //!
+//! Before hyper gets a connection, the transport's handshake (TLS on the secure port) and
+//! the client's HTTP/2 preface and SETTINGS header must arrive within the handshake timeout
+//! (`--handshake-timeout`, default 10 s; `super::handshake`); a connection that sends
+//! nothing, or something else, is closed. At most `--max-connections` connections are
+//! open (handshaking or served); one beyond is closed at once. Both are counted in
+//! `pilotfish_xds_connections_refused_total{reason}`.
+//!
 //! The listener serves any gRPC service over any [`Transport`]: the plaintext port runs
 //! the ADS service over TCP ([`Plaintext`]); the secure port (`crate::secure`) runs its
 //! authenticating router over TLS, whose handshake adds the client's certificates to
@@ -20,6 +27,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::Incoming;
@@ -28,11 +36,13 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use pilotfish_shared::retry::sleep_until_opt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::handshake::{PrefaceError, read_preface};
 use crate::metrics;
 
 /// Largest amount of a stream's unsent data h2 buffers before it stops asking the
@@ -103,6 +113,10 @@ pub(crate) trait Handler: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Response<Self::Body>> + Send;
 }
 
+/// Connections a replica holds by default: at the ~60 KiB a stream costs (docs/PERFORMANCE.md)
+/// 10,000 are about 600 MiB, within the chart's 1 GiB.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
 /// How connections are kept and ended.
 #[derive(Clone, Debug)]
 pub struct ConnectionPolicy {
@@ -115,6 +129,12 @@ pub struct ConnectionPolicy {
     /// HTTP/2 PINGs detect clients that vanished without closing their connection.
     pub keepalive_interval: Duration,
     pub keepalive_timeout: Duration,
+    /// A connection whose transport handshake and HTTP/2 preface (with SETTINGS) have not
+    /// arrived within this is closed.
+    pub handshake_timeout: Duration,
+    /// Most connections open at once (handshaking or served); one beyond is closed at
+    /// once. `None`: no cap.
+    pub max_connections: Option<usize>,
 }
 
 impl Default for ConnectionPolicy {
@@ -125,6 +145,8 @@ impl Default for ConnectionPolicy {
             close_grace: Duration::from_secs(1),
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(10),
+            max_connections: Some(DEFAULT_MAX_CONNECTIONS),
         }
     }
 }
@@ -166,11 +188,32 @@ pub(crate) async fn serve_connections<A: Handler, T: Transport>(
     grace: Duration,
 ) {
     let mut connections = JoinSet::new();
+    let slots = policy.max_connections.map(|n| Arc::new(Semaphore::new(n)));
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((tcp, peer)) => {
-                    connections.spawn(serve_one(tcp, peer, service.clone(), transport.clone(), policy.clone(), drain.clone(), grace));
+                    let slot = match &slots {
+                        None => None,
+                        Some(slots) => match slots.clone().try_acquire_owned() {
+                            Ok(slot) => Some(slot),
+                            // Closed at once: the client retries (possibly elsewhere), and
+                            // the connections already served keep their share.
+                            Err(_) => {
+                                metrics::ADS_CONNECTIONS_REFUSED
+                                    .with_label_values(&["connection_limit"])
+                                    .inc();
+                                debug!(%peer, "closing an ADS connection beyond the connection cap");
+                                drop(tcp);
+                                continue;
+                            }
+                        },
+                    };
+                    let one = serve_one(tcp, peer, service.clone(), transport.clone(), policy.clone(), drain.clone(), grace);
+                    connections.spawn(async move {
+                        let _slot: Option<OwnedSemaphorePermit> = slot;
+                        one.await;
+                    });
                 }
                 // Out of file descriptors and the like: back off, keep serving.
                 Err(e) => {
@@ -210,8 +253,31 @@ async fn serve_one<A: Handler, T: Transport>(
     let closing = CancellationToken::new();
     let _closing_on_exit = closing.clone().drop_guard();
     let _ = tcp.set_nodelay(true);
-    let Some((io, handshake)) = transport.handshake(tcp, peer).await else {
-        return;
+    let started = async {
+        let (io, learned) = transport.handshake(tcp, peer).await?;
+        match read_preface(io).await {
+            Ok(io) => Some((io, learned)),
+            Err(e) => {
+                if matches!(e, PrefaceError::NotHttp2) {
+                    metrics::ADS_CONNECTIONS_REFUSED
+                        .with_label_values(&["not_http2"])
+                        .inc();
+                }
+                debug!(%peer, error = %e, "closing an ADS connection that is not HTTP/2");
+                None
+            }
+        }
+    };
+    let (io, handshake) = match tokio::time::timeout(policy.handshake_timeout, started).await {
+        Ok(Some(started)) => started,
+        Ok(None) => return,
+        Err(_) => {
+            metrics::ADS_CONNECTIONS_REFUSED
+                .with_label_values(&["handshake_timeout"])
+                .inc();
+            debug!(%peer, "closing an ADS connection that did not start HTTP/2 in time");
+            return;
+        }
     };
     let signal = ConnectionClosing(closing.clone());
     let svc = hyper::service::service_fn(move |mut request: Request<Incoming>| {

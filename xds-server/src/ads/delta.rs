@@ -24,7 +24,10 @@ use pilotfish_mesh::model::Proxy;
 use super::names::NameSets;
 use super::resource::{ChangeKind, Resource};
 use super::state::{AckStatus, Held, NackStatus, Reply, TypeStatus, owe};
-use super::state::{NonceSource, ProtocolEvent, SentRecord, TypeRecord, served_type};
+use super::state::{
+    Limit, MAX_SUBSCRIBED_NAMES, NonceSource, ProtocolEvent, SentRecord, TypeRecord,
+};
+use super::state::{name_bytes_left, served_type};
 use super::types::XdsType;
 use super::view::{ServedSnapshot, View};
 use super::wire::{DeltaResources, DeltaResponse};
@@ -92,6 +95,12 @@ impl DeltaStream {
             return events;
         };
         let names = self.names.clone();
+        let bytes_left = name_bytes_left(
+            xds_type,
+            XdsType::ALL
+                .iter()
+                .map(|t| (*t, &self.types[t.index()].record)),
+        );
         let state = &mut self.types[xds_type.index()];
         let nonce = request.response_nonce.as_str();
         if state.record.is_stale(nonce) {
@@ -136,6 +145,16 @@ impl DeltaStream {
         }
         let first_request = !state.record.requested;
         state.record.requested = true;
+        if first_request && request.initial_resource_versions.len() > MAX_SUBSCRIBED_NAMES {
+            events.push(ProtocolEvent::OverLimit {
+                limit: Limit::SubscribedNames,
+                reason: format!(
+                    "{} initial resource versions for {xds_type} (at most {MAX_SUBSCRIBED_NAMES} per type)",
+                    request.initial_resource_versions.len()
+                ),
+            });
+            return events;
+        }
         if first_request && !request.initial_resource_versions.is_empty() {
             let held: BTreeMap<String, String> = request
                 .initial_resource_versions
@@ -144,13 +163,23 @@ impl DeltaStream {
                 .collect();
             state.holds = Held::Versions(Arc::new(held));
         }
-        let (unsubscribed, changed) = state.record.subscription.apply_delta(
+        let (unsubscribed, changed) = match state.record.subscription.apply_delta(
             xds_type,
             first_request,
             &request.resource_names_subscribe,
             &request.resource_names_unsubscribe,
             &names,
-        );
+            bytes_left,
+        ) {
+            Ok(applied) => applied,
+            Err(reason) => {
+                events.push(ProtocolEvent::OverLimit {
+                    limit: Limit::SubscribedNames,
+                    reason,
+                });
+                return events;
+            }
+        };
         for name in &unsubscribed {
             state.announced_absent.remove(name);
         }
@@ -840,5 +869,96 @@ mod tests {
         again.on_request(&request, T0);
         let response = again.next_response(T0).expect("a response");
         assert!(matches!(&response.resources, DeltaResources::Some(list) if list.len() == 1));
+    }
+
+    fn over_limit(events: &[ProtocolEvent]) -> bool {
+        events.iter().any(|e| {
+            matches!(
+                e,
+                ProtocolEvent::OverLimit {
+                    limit: Limit::SubscribedNames,
+                    ..
+                }
+            )
+        })
+    }
+
+    fn held_names(s: &DeltaStream, xds_type: XdsType) -> (usize, usize) {
+        let names = &s.types[xds_type.index()].record.subscription.names;
+        (names.len(), names.bytes())
+    }
+
+    #[test]
+    fn subscriptions_accumulate_up_to_the_name_cap_and_no_further() {
+        use crate::ads::state::MAX_SUBSCRIBED_NAMES;
+        let mut s = stream(MapSnapshot::sample(1));
+        let name = |i: usize| format!("outbound|80||svc-{i:06}.ns.svc.cluster.local");
+        let chunk = MAX_SUBSCRIBED_NAMES / 4;
+        for part in 0..4 {
+            let names: Vec<String> = (part * chunk..(part + 1) * chunk).map(name).collect();
+            let mut request = req(ENDPOINT_TYPE, &[], &[], "");
+            request.resource_names_subscribe = names;
+            assert!(!over_limit(&s.on_request(&request, T0)));
+            drain(&mut s);
+        }
+        let (count, bytes) = held_names(&s, XdsType::Endpoint);
+        assert_eq!(count, MAX_SUBSCRIBED_NAMES);
+        assert_eq!(
+            bytes,
+            (0..MAX_SUBSCRIBED_NAMES)
+                .map(|i| name(i).len())
+                .sum::<usize>()
+        );
+        // Names already held are no growth; one more name is.
+        let again = req(ENDPOINT_TYPE, &[&name(7)], &[], "");
+        assert!(!over_limit(&s.on_request(&again, T0)));
+        let more = req(ENDPOINT_TYPE, &[&name(MAX_SUBSCRIBED_NAMES)], &[], "");
+        assert!(over_limit(&s.on_request(&more, T0)));
+        assert_eq!(
+            held_names(&s, XdsType::Endpoint),
+            (count, bytes),
+            "nothing applied"
+        );
+        // Another type has a cap of its own.
+        let routes = req(ROUTE_TYPE, &[&name(0)], &[], "");
+        assert!(!over_limit(&s.on_request(&routes, T0)));
+        // Too many versions claimed on a reconnect is refused too.
+        let mut fresh = stream(MapSnapshot::sample(1));
+        let mut reconnect = req(CLUSTER_TYPE, &["*"], &[], "");
+        reconnect.initial_resource_versions = (0..=MAX_SUBSCRIBED_NAMES)
+            .map(|i| (name(i), "v".into()))
+            .collect();
+        assert!(over_limit(&fresh.on_request(&reconnect, T0)));
+        assert_eq!(fresh.types[XdsType::Cluster.index()].holds.len(), 0);
+    }
+
+    #[test]
+    fn subscribed_name_bytes_are_capped_per_stream_across_types() {
+        use crate::ads::state::MAX_SUBSCRIBED_NAME_BYTES;
+        let mut s = stream(MapSnapshot::sample(1));
+        // 40,000 names of 256 bytes: 10 MiB, within the byte cap and under the name cap.
+        let long = |prefix: &str, i: usize| format!("{prefix}{i:0>252}");
+        let eds: Vec<String> = (0..40_000).map(|i| long("eds-", i)).collect();
+        let mut request = req(ENDPOINT_TYPE, &[], &[], "");
+        request.resource_names_subscribe = eds;
+        assert!(!over_limit(&s.on_request(&request, T0)));
+        assert_eq!(held_names(&s, XdsType::Endpoint).1, 40_000 * 256);
+        // As many route names would bring the stream to 20 MiB: refused, nothing held.
+        let rds: Vec<String> = (0..40_000).map(|i| long("rds-", i)).collect();
+        let mut request = req(ROUTE_TYPE, &[], &[], "");
+        request.resource_names_subscribe = rds;
+        assert!(over_limit(&s.on_request(&request, T0)));
+        assert_eq!(held_names(&s, XdsType::Route), (0, 0));
+        let total: usize = XdsType::ALL.iter().map(|t| held_names(&s, *t).1).sum();
+        assert!(total <= MAX_SUBSCRIBED_NAME_BYTES);
+        // Unsubscribing makes room again.
+        let names: Vec<String> = (0..40_000).map(|i| long("eds-", i)).collect();
+        let mut request = req(ENDPOINT_TYPE, &[], &[], "");
+        request.resource_names_unsubscribe = names;
+        assert!(!over_limit(&s.on_request(&request, T0)));
+        let rds: Vec<String> = (0..40_000).map(|i| long("rds-", i)).collect();
+        let mut request = req(ROUTE_TYPE, &[], &[], "");
+        request.resource_names_subscribe = rds;
+        assert!(!over_limit(&s.on_request(&request, T0)));
     }
 }

@@ -10,7 +10,8 @@
 //!   by every stream; [`NameSets`], the interned subscriptions.
 //! - [`SotwStream`], [`DeltaStream`]: the per-stream protocol state machines, and the
 //!   responses they decide ([`SotwResponse`], [`DeltaResponse`]) with their encodings.
-//! - [`AdsServer`], [`AdsConfig`], and [`serve`] to run it on a listener.
+//! - [`AdsServer`], [`AdsConfig`], and [`serve`] to run it on a listener; [`Admission`],
+//!   the fair admission of new streams.
 //! - [`ConnectionRegistry`]: the open streams and their per-type status records
 //!   ([`TypeStatus`]: last sent, ACK, NACK), for `/debug/adsz` and `/debug/syncz`.
 //! - [`XdsType`] and the four served type URLs.
@@ -19,9 +20,12 @@ mod admission;
 mod connection;
 mod delta;
 mod grpc;
+mod handshake;
 mod intern;
 mod map_snapshot;
 mod names;
+#[cfg(test)]
+mod props;
 mod proto;
 mod registry;
 mod resource;
@@ -35,8 +39,10 @@ mod wire;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+pub use admission::{Admission, MAX_ADMISSION_WAIT, Refusal};
 pub use connection::{
-    ConnectionClosing, ConnectionPolicy, LISTEN_BACKLOG, MAX_SEND_BUFFER, listen,
+    ConnectionClosing, ConnectionPolicy, DEFAULT_MAX_CONNECTIONS, LISTEN_BACKLOG, MAX_SEND_BUFFER,
+    listen,
 };
 pub(crate) use connection::{Handler, Transport, serve_connections};
 pub use delta::DeltaStream;
@@ -51,8 +57,8 @@ pub use resource::{ChangeKind, Resource, ResourceMap, XdsSnapshot, content_versi
 pub use service::{AdsConfig, AdsError, AdsServer};
 pub use sotw::SotwStream;
 pub use state::{
-    AckStatus, MAX_TYPE_URL_BYTES, MAX_UNKNOWN_TYPES, NackStatus, ProtocolEvent, SentStatus,
-    Subscription, TypeStatus, WILDCARD,
+    AckStatus, Limit, MAX_SUBSCRIBED_NAME_BYTES, MAX_SUBSCRIBED_NAMES, MAX_TYPE_URL_BYTES,
+    MAX_UNKNOWN_TYPES, NackStatus, ProtocolEvent, SentStatus, Subscription, TypeStatus, WILDCARD,
 };
 pub use types::{CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, XdsType};
 pub use view::{ServedSnapshot, SnapshotReceiver, SnapshotSender, StampedSnapshot, View};

@@ -18,6 +18,8 @@ use super::intern::WeakTable;
 pub struct NameSet {
     names: Box<[String]>,
     hash: u64,
+    /// Sum of the names' lengths: what the per-stream byte cap counts.
+    bytes: usize,
 }
 
 impl NameSet {
@@ -26,6 +28,7 @@ impl NameSet {
         names.hash(&mut hasher);
         NameSet {
             hash: hasher.finish(),
+            bytes: names.iter().map(String::len).sum(),
             names: names.into_boxed_slice(),
         }
     }
@@ -41,6 +44,11 @@ impl NameSet {
 
     pub fn is_empty(&self) -> bool {
         self.names.is_empty()
+    }
+
+    /// Bytes of the names (their lengths summed).
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     pub fn contains(&self, name: &str) -> bool {
@@ -96,6 +104,24 @@ impl NameSets {
         names.dedup();
         let candidate = NameSet::from_sorted(names);
         self.table.intern(candidate.hash, candidate, |a, b| a == b)
+    }
+
+    /// The shared set of `names` if it holds at most `max_names` names of at most
+    /// `max_bytes` bytes in all; else nothing is interned and the set's (count, bytes) is
+    /// returned, for the error.
+    pub fn intern_within(
+        &self,
+        mut names: Vec<String>,
+        max_names: usize,
+        max_bytes: usize,
+    ) -> Result<Arc<NameSet>, (usize, usize)> {
+        names.sort_unstable();
+        names.dedup();
+        let bytes: usize = names.iter().map(String::len).sum();
+        if names.len() > max_names || bytes > max_bytes {
+            return Err((names.len(), bytes));
+        }
+        Ok(self.intern(names))
     }
 
     /// Live distinct sets.

@@ -5,6 +5,9 @@
 //! The registry is the single owner of this data; each stream loop replaces its own entry
 //! after every event ([`StreamHandle::update`]) and the entry disappears when the stream's
 //! handle is dropped, so a stream that ends for any reason never lingers here.
+//! An update replaces a handful of records whose subscribed names are the stream's own
+//! interned `Arc<NameSet>`s: nothing proportional to a subscription is copied under the
+//! registry's lock (the unknown type URLs copied are capped at 16 × 256 bytes).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

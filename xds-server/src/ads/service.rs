@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::Status;
 use tracing::{Instrument, debug, info, warn};
 
-use super::admission::StreamRate;
+use super::admission::{Admission, MAX_ADMISSION_WAIT, Refusal};
 use super::connection::{ConnectionClosing, Handler};
 use super::delta::DeltaStream;
 use super::grpc::{
@@ -32,7 +32,7 @@ use super::grpc::{
 use super::names::NameSets;
 use super::registry::{ConnectionRegistry, StreamHandle, StreamMode, StreamStatus};
 use super::sotw::SotwStream;
-use super::state::{ProtocolEvent, TypeStatus};
+use super::state::{Limit, ProtocolEvent, TypeStatus};
 use super::types::XdsType;
 use super::view::{ServedSnapshot, SnapshotReceiver};
 use super::wire::{ControlPlane, DeltaResponse, Encoded, SotwResponse, encode_delta, encode_sotw};
@@ -52,9 +52,10 @@ pub struct AdsConfig {
     /// On shutdown, connections are ended at random moments within this grace, so their
     /// clients reconnect to other replicas spread over time rather than all at once.
     pub drain_grace: Duration,
-    /// New streams accepted per second (burst: twice that); beyond it a new stream is
-    /// refused at once with `UNAVAILABLE`, so the client retries another replica instead
-    /// of piling onto this one. `None`: no limit.
+    /// New streams accepted per second (burst: twice that), a quarter of it per peer
+    /// address (`Admission`); a stream waits up to `MAX_ADMISSION_WAIT` for its token,
+    /// else it is refused with `RESOURCE_EXHAUSTED` and the client retries with backoff
+    /// (possibly on another replica). `None`: no limit.
     pub new_streams_per_second: Option<f64>,
 }
 
@@ -88,7 +89,7 @@ struct Shared {
     /// Cancelled when the replica drains: new streams are refused.
     draining: CancellationToken,
     /// Admission of new streams (`new_streams_per_second`).
-    stream_rate: Option<std::sync::Mutex<StreamRate>>,
+    admission: Option<std::sync::Mutex<Admission>>,
 }
 
 /// The ADS service. Cheap to clone; every clone serves the same streams.
@@ -123,9 +124,9 @@ impl AdsServer {
                 registry,
                 control_plane: ControlPlane::new(&config.replica_name),
                 names: NameSets::new(),
-                stream_rate: config
-                    .new_streams_per_second
-                    .map(|rate| std::sync::Mutex::new(StreamRate::new(rate, Instant::now()))),
+                admission: config.new_streams_per_second.map(|rate| {
+                    std::sync::Mutex::new(Admission::new(rate, MAX_ADMISSION_WAIT, Instant::now()))
+                }),
                 config,
                 draining,
             }),
@@ -156,6 +157,7 @@ impl AdsServer {
                 &mut inbound,
                 |r: &M::Request| parse_node(M::node(r)),
                 caller.as_ref(),
+                origin.peer,
             )
             .await
         {
@@ -182,6 +184,7 @@ impl AdsServer {
         inbound: &mut RequestStream<R>,
         node_of: impl FnOnce(&R) -> Result<ParsedNode, crate::node::NodeError>,
         caller: Option<&Caller>,
+        peer: Option<SocketAddr>,
     ) -> Result<(R, Arc<Proxy>), Status> {
         if self.shared.draining.is_cancelled() {
             metrics::STREAMS_REFUSED
@@ -191,18 +194,27 @@ impl AdsServer {
                 "this xDS replica is shutting down; reconnect to another",
             ));
         }
-        if let Some(rate) = &self.shared.stream_rate {
-            let admitted = rate
+        if let Some(admission) = &self.shared.admission {
+            let reserved = admission
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .try_admit(Instant::now());
-            if !admitted {
-                metrics::STREAMS_REFUSED
-                    .with_label_values(&["rate_limit"])
-                    .inc();
-                return Err(Status::unavailable(
-                    "this xDS replica is taking new streams at its limit; retry (another replica may take it)",
-                ));
+                .reserve(peer.map(|p| p.ip()), Instant::now());
+            match reserved {
+                Ok(wait) if wait.is_zero() => {}
+                Ok(wait) => tokio::time::sleep(wait).await,
+                Err(refusal) => {
+                    metrics::STREAMS_REFUSED
+                        .with_label_values(&[refusal.label()])
+                        .inc();
+                    return Err(Status::resource_exhausted(match refusal {
+                        Refusal::Replica => {
+                            "this xDS replica is taking new streams at its limit; retry with backoff (another replica may take it)"
+                        }
+                        Refusal::Peer => {
+                            "new streams from this address are at their share of this xDS replica's limit; retry with backoff"
+                        }
+                    }));
+                }
             }
         }
         let first =
@@ -558,17 +570,25 @@ fn connection_ending() -> Status {
     )
 }
 
-/// Turns a machine's events into metrics and logs.
-/// The status that ends a stream whose client went past a per-stream limit.
+/// The status that ends a stream whose client went past a per-stream limit: type URLs
+/// nobody serves are a malformed request (`INVALID_ARGUMENT`); a subscription beyond the
+/// name caps is a valid request beyond this server's per-stream quota, which gRPC spells
+/// `RESOURCE_EXHAUSTED` (Envoy and gRPC clients retry either with backoff; the code tells
+/// an operator which it was).
 fn over_limit(events: &[ProtocolEvent]) -> Option<Status> {
     events.iter().find_map(|e| match e {
-        ProtocolEvent::OverLimit { reason } => Some(Status::invalid_argument(format!(
-            "this ADS stream went past a limit: {reason}"
-        ))),
+        ProtocolEvent::OverLimit { limit, reason } => {
+            let message = format!("this ADS stream went past a limit: {reason}");
+            Some(match limit {
+                Limit::TypeUrls => Status::invalid_argument(message),
+                Limit::SubscribedNames => Status::resource_exhausted(message),
+            })
+        }
         _ => None,
     })
 }
 
+/// Turns a machine's events into metrics and logs.
 fn absorb(events: &[ProtocolEvent]) {
     for event in events {
         match event {
@@ -587,9 +607,9 @@ fn absorb(events: &[ProtocolEvent]) {
                 metrics::STALE_NONCES.inc();
                 debug!(%xds_type, nonce, "ignoring request with a stale nonce");
             }
-            ProtocolEvent::OverLimit { reason } => {
+            ProtocolEvent::OverLimit { limit, reason } => {
                 metrics::STREAMS_REFUSED
-                    .with_label_values(&["over_limit"])
+                    .with_label_values(&[limit.label()])
                     .inc();
                 warn!(
                     reason,

@@ -46,7 +46,8 @@ use pilotfish_mesh::model::Proxy;
 use super::names::NameSets;
 use super::resource::{ChangeKind, Resource};
 use super::state::{AckStatus, Held, NackStatus, Reply, TypeStatus, owe};
-use super::state::{NonceSource, ProtocolEvent, SentRecord, Subscription, TypeRecord, served_type};
+use super::state::{Limit, NonceSource, ProtocolEvent, SentRecord, Subscription, TypeRecord};
+use super::state::{name_bytes_left, served_type};
 use super::types::XdsType;
 use super::view::{ServedSnapshot, View};
 use super::wire::SotwResponse;
@@ -151,6 +152,12 @@ impl SotwStream {
             return events;
         };
         let names = self.names.clone();
+        let bytes_left = name_bytes_left(
+            xds_type,
+            XdsType::ALL
+                .iter()
+                .map(|t| (*t, &self.types[t.index()].record)),
+        );
         let state = &mut self.types[xds_type.index()];
         let nonce = request.response_nonce.as_str();
         if state.record.is_stale(nonce) {
@@ -197,12 +204,22 @@ impl SotwStream {
         let first_request = !state.record.requested;
         state.record.requested = true;
         let before = state.record.subscription.clone();
-        let changed = state.record.subscription.apply_sotw(
+        let changed = match state.record.subscription.apply_sotw(
             xds_type,
             first_request,
             &request.resource_names,
             &names,
-        );
+            bytes_left,
+        ) {
+            Ok(changed) => changed,
+            Err(reason) => {
+                events.push(ProtocolEvent::OverLimit {
+                    limit: Limit::SubscribedNames,
+                    reason,
+                });
+                return events;
+            }
+        };
         if changed {
             state.fresh.add(&before, &state.record.subscription);
         }
@@ -1161,5 +1178,59 @@ mod tests {
         );
         assert!(Arc::ptr_eq(&a[0], &b[0]), "one resource, one encoding");
         assert!(Arc::ptr_eq(&sent[0].view, &sent[1].view), "one record");
+    }
+
+    #[test]
+    fn a_name_list_beyond_the_caps_is_refused_and_nothing_applied() {
+        use crate::ads::state::{MAX_SUBSCRIBED_NAME_BYTES, MAX_SUBSCRIBED_NAMES};
+        let over = |events: &[ProtocolEvent]| {
+            events.iter().any(|e| {
+                matches!(
+                    e,
+                    ProtocolEvent::OverLimit {
+                        limit: Limit::SubscribedNames,
+                        ..
+                    }
+                )
+            })
+        };
+        let held = |s: &SotwStream, t: XdsType| {
+            let names = &s.types[t.index()].record.subscription.names;
+            (names.len(), names.bytes())
+        };
+        let mut s = stream(MapSnapshot::sample(1));
+        let all: Vec<String> = (0..MAX_SUBSCRIBED_NAMES)
+            .map(|i| format!("c{i:06}"))
+            .collect();
+        let mut request = req(ENDPOINT_TYPE, &[], "");
+        request.resource_names = all.clone();
+        assert!(!over(&s.on_request(&request, T0)));
+        assert_eq!(
+            held(&s, XdsType::Endpoint),
+            (MAX_SUBSCRIBED_NAMES, 7 * MAX_SUBSCRIBED_NAMES)
+        );
+        request.resource_names.push("one-more".into());
+        assert!(over(&s.on_request(&request, T0)));
+        assert_eq!(
+            held(&s, XdsType::Endpoint).0,
+            MAX_SUBSCRIBED_NAMES,
+            "nothing applied"
+        );
+        // Repeats of names do not count.
+        request.resource_names = all.iter().chain(all.iter()).cloned().collect();
+        assert!(!over(&s.on_request(&request, T0)));
+
+        // Bytes, across types: 10 MiB of endpoint names leave no room for 10 MiB of routes.
+        let mut s = stream(MapSnapshot::sample(1));
+        let long = |prefix: &str, i: usize| format!("{prefix}{i:0>252}");
+        let mut eds = req(ENDPOINT_TYPE, &[], "");
+        eds.resource_names = (0..40_000).map(|i| long("eds-", i)).collect();
+        assert!(!over(&s.on_request(&eds, T0)));
+        let mut rds = req(ROUTE_TYPE, &[], "");
+        rds.resource_names = (0..40_000).map(|i| long("rds-", i)).collect();
+        assert!(over(&s.on_request(&rds, T0)));
+        let total: usize = XdsType::ALL.iter().map(|t| held(&s, *t).1).sum();
+        assert_eq!(total, 40_000 * 256);
+        assert!(total <= MAX_SUBSCRIBED_NAME_BYTES);
     }
 }

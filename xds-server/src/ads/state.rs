@@ -40,14 +40,17 @@ impl Default for Subscription {
 }
 
 impl Subscription {
-    /// Applies a SotW request's full name list. Returns whether the subscription changed.
+    /// Applies a SotW request's full name list. Returns whether the subscription changed,
+    /// or — changing nothing — why the list is beyond [`MAX_SUBSCRIBED_NAMES`] or
+    /// `max_bytes` (what the stream's other types leave of [`MAX_SUBSCRIBED_NAME_BYTES`]).
     pub fn apply_sotw(
         &mut self,
         xds_type: XdsType,
         first_request: bool,
         names: &[String],
         sets: &NameSets,
-    ) -> bool {
+        max_bytes: usize,
+    ) -> Result<bool, String> {
         let before = self.clone();
         if names.is_empty() {
             // Legacy wildcard: only an empty list on a type never named explicitly.
@@ -58,8 +61,6 @@ impl Subscription {
                 self.names = NameSet::empty();
             }
         } else {
-            self.named_before = true;
-            self.wildcard = names.iter().any(|n| n == WILDCARD);
             let explicit: Vec<&String> = names.iter().filter(|n| *n != WILDCARD).collect();
             // Every SotW ACK repeats the whole list: compare before building anything.
             let unchanged = if explicit.len() == names.len() {
@@ -69,14 +70,25 @@ impl Subscription {
                 self.names.same_as(&owned)
             };
             if !unchanged {
-                self.names = sets.intern(explicit.into_iter().cloned().collect());
+                self.names = sets
+                    .intern_within(
+                        explicit.into_iter().cloned().collect(),
+                        MAX_SUBSCRIBED_NAMES,
+                        max_bytes,
+                    )
+                    .map_err(|(count, bytes)| over_names(xds_type, count, bytes, max_bytes))?;
             }
+            self.named_before = true;
+            self.wildcard = names.iter().any(|n| n == WILDCARD);
         }
-        *self != before
+        Ok(*self != before)
     }
 
     /// Applies a delta request's subscribe/unsubscribe lists. Returns the names that were
-    /// unsubscribed (to be removed from what the client holds) and whether anything changed.
+    /// unsubscribed (to be removed from what the client holds) and whether anything
+    /// changed, or — changing nothing — why the result would be beyond
+    /// [`MAX_SUBSCRIBED_NAMES`] or `max_bytes` (what the stream's other types leave of
+    /// [`MAX_SUBSCRIBED_NAME_BYTES`]).
     pub fn apply_delta(
         &mut self,
         xds_type: XdsType,
@@ -84,34 +96,43 @@ impl Subscription {
         subscribe: &[String],
         unsubscribe: &[String],
         sets: &NameSets,
-    ) -> (BTreeSet<String>, bool) {
+        max_bytes: usize,
+    ) -> Result<(BTreeSet<String>, bool), String> {
         let before = self.clone();
+        let mut wildcard = self.wildcard;
+        let mut named_before = self.named_before;
         if first_request && subscribe.is_empty() && xds_type.empty_means_wildcard() {
-            self.wildcard = true;
+            wildcard = true;
         }
-        let mut names: BTreeSet<&str> = BTreeSet::new();
         let mut touched = false;
         for name in subscribe {
             if name == WILDCARD {
-                self.wildcard = true;
+                wildcard = true;
             } else {
-                self.named_before = true;
+                named_before = true;
                 if !self.names.contains(name) {
                     touched = true;
                 }
             }
         }
+        // A name in both lists ends unsubscribed, as in istiod: the unsubscribe list
+        // applies after the subscribe list.
+        let subscribing: BTreeSet<&str> = if unsubscribe.is_empty() {
+            BTreeSet::new()
+        } else {
+            subscribe.iter().map(String::as_str).collect()
+        };
         let mut unsubscribed = BTreeSet::new();
         for name in unsubscribe {
             if name == WILDCARD {
-                self.wildcard = false;
-            } else if self.names.contains(name) {
+                wildcard = false;
+            } else if self.names.contains(name) || subscribing.contains(name.as_str()) {
                 touched = true;
                 unsubscribed.insert(name.clone());
             }
         }
         if touched {
-            names.extend(self.names.iter().map(String::as_str));
+            let mut names: BTreeSet<&str> = self.names.iter().map(String::as_str).collect();
             names.extend(
                 subscribe
                     .iter()
@@ -121,10 +142,18 @@ impl Subscription {
             for name in &unsubscribed {
                 names.remove(name.as_str());
             }
-            self.names = sets.intern(names.into_iter().map(str::to_string).collect());
+            self.names = sets
+                .intern_within(
+                    names.into_iter().map(str::to_string).collect(),
+                    MAX_SUBSCRIBED_NAMES,
+                    max_bytes,
+                )
+                .map_err(|(count, bytes)| over_names(xds_type, count, bytes, max_bytes))?;
         }
+        self.wildcard = wildcard;
+        self.named_before = named_before;
         let changed = *self != before;
-        (unsubscribed, changed)
+        Ok((unsubscribed, changed))
     }
 
     /// The names argument of a view: `None` for wildcard.
@@ -374,11 +403,32 @@ pub enum ProtocolEvent {
         type_url: String,
         first_time: bool,
     },
-    /// The client went past a per-stream cap ([`MAX_UNKNOWN_TYPES`],
-    /// [`MAX_TYPE_URL_BYTES`]): the stream must end with `INVALID_ARGUMENT` and `reason`.
+    /// The client went past a per-stream cap: the stream must end, with `reason`.
     OverLimit {
+        limit: Limit,
         reason: String,
     },
+}
+
+/// Which per-stream cap a client went past.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// [`MAX_UNKNOWN_TYPES`] or [`MAX_TYPE_URL_BYTES`]: type URLs nobody serves, a
+    /// malformed request (`INVALID_ARGUMENT`).
+    TypeUrls,
+    /// [`MAX_SUBSCRIBED_NAMES`] or [`MAX_SUBSCRIBED_NAME_BYTES`]: a valid request beyond
+    /// this server's per-stream quota (`RESOURCE_EXHAUSTED`).
+    SubscribedNames,
+}
+
+impl Limit {
+    /// The `reason` label of `pilotfish_xds_streams_refused_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Limit::TypeUrls => "over_limit",
+            Limit::SubscribedNames => "subscription_limit",
+        }
+    }
 }
 
 /// Distinct type URLs a stream may ask for that the engine does not serve (Envoy asks for
@@ -387,6 +437,39 @@ pub enum ProtocolEvent {
 pub const MAX_UNKNOWN_TYPES: usize = 16;
 /// Longest type URL accepted (the longest Envoy type URL is about 100 bytes).
 pub const MAX_TYPE_URL_BYTES: usize = 256;
+
+/// Most names a stream may subscribe to for one type. A sidecar of a 10,000-service mesh
+/// subscribes to about 10,000 EDS and as many RDS names; the cap leaves ten times that,
+/// and 100,000 names are answered in about 0.1 s.
+pub const MAX_SUBSCRIBED_NAMES: usize = 100_000;
+/// Most bytes of subscribed names a stream may hold, all types together (names are
+/// counted by length; each is held once per distinct set, shared by the streams that
+/// subscribe to it). 20,000 names of Istio's usual length (60–80 bytes) are about 1.5 MiB.
+pub const MAX_SUBSCRIBED_NAME_BYTES: usize = 16 * 1024 * 1024;
+
+/// The error of a subscription beyond the caps.
+fn over_names(xds_type: XdsType, count: usize, bytes: usize, max_bytes: usize) -> String {
+    if count > MAX_SUBSCRIBED_NAMES {
+        format!("{count} names subscribed for {xds_type} (at most {MAX_SUBSCRIBED_NAMES} per type)")
+    } else {
+        format!(
+            "{bytes} bytes of names subscribed for {xds_type} where the stream's other types leave {max_bytes} (at most {MAX_SUBSCRIBED_NAME_BYTES} bytes per stream)"
+        )
+    }
+}
+
+/// What the stream's subscriptions to types other than `xds_type` leave of
+/// [`MAX_SUBSCRIBED_NAME_BYTES`] for `xds_type`.
+pub(crate) fn name_bytes_left<'a>(
+    xds_type: XdsType,
+    records: impl Iterator<Item = (XdsType, &'a TypeRecord)>,
+) -> usize {
+    let others: usize = records
+        .filter(|(t, _)| *t != xds_type)
+        .map(|(_, r)| r.subscription.names.bytes())
+        .sum();
+    MAX_SUBSCRIBED_NAME_BYTES.saturating_sub(others)
+}
 
 /// The served type of `type_url`; an unknown one is recorded in `unknown` and reported
 /// as an event (`first_time` once per stream), and the request is then ignored — up to
@@ -400,6 +483,7 @@ pub(crate) fn served_type(
     if known.is_none() {
         if type_url.len() > MAX_TYPE_URL_BYTES {
             events.push(ProtocolEvent::OverLimit {
+                limit: Limit::TypeUrls,
                 reason: format!(
                     "a type URL of {} bytes (at most {MAX_TYPE_URL_BYTES})",
                     type_url.len()
@@ -409,6 +493,7 @@ pub(crate) fn served_type(
         }
         if unknown.len() >= MAX_UNKNOWN_TYPES && !unknown.contains(type_url) {
             events.push(ProtocolEvent::OverLimit {
+                limit: Limit::TypeUrls,
                 reason: format!(
                     "more than {MAX_UNKNOWN_TYPES} type URLs this server does not serve"
                 ),
@@ -509,10 +594,26 @@ mod tests {
     fn empty_first_request_is_wildcard_for_lds_and_cds_only() {
         let sets = NameSets::default();
         let mut cds = Subscription::default();
-        assert!(cds.apply_sotw(XdsType::Cluster, true, &[], &sets));
+        assert!(
+            cds.apply_sotw(
+                XdsType::Cluster,
+                true,
+                &[],
+                &sets,
+                MAX_SUBSCRIBED_NAME_BYTES
+            )
+            .unwrap()
+        );
         assert!(cds.wildcard);
         let mut eds = Subscription::default();
-        eds.apply_sotw(XdsType::Endpoint, true, &[], &sets);
+        eds.apply_sotw(
+            XdsType::Endpoint,
+            true,
+            &[],
+            &sets,
+            MAX_SUBSCRIBED_NAME_BYTES,
+        )
+        .unwrap();
         assert!(!eds.wildcard && eds.is_empty());
     }
 
@@ -520,11 +621,36 @@ mod tests {
     fn once_named_an_empty_list_means_nothing() {
         let sets = NameSets::default();
         let mut sub = Subscription::default();
-        sub.apply_sotw(XdsType::Listener, true, &[], &sets);
+        sub.apply_sotw(
+            XdsType::Listener,
+            true,
+            &[],
+            &sets,
+            MAX_SUBSCRIBED_NAME_BYTES,
+        )
+        .unwrap();
         assert!(sub.wildcard);
-        assert!(sub.apply_sotw(XdsType::Listener, false, &names(&["a"]), &sets));
+        assert!(
+            sub.apply_sotw(
+                XdsType::Listener,
+                false,
+                &names(&["a"]),
+                &sets,
+                MAX_SUBSCRIBED_NAME_BYTES
+            )
+            .unwrap()
+        );
         assert!(!sub.wildcard);
-        assert!(sub.apply_sotw(XdsType::Listener, false, &[], &sets));
+        assert!(
+            sub.apply_sotw(
+                XdsType::Listener,
+                false,
+                &[],
+                &sets,
+                MAX_SUBSCRIBED_NAME_BYTES
+            )
+            .unwrap()
+        );
         assert!(
             sub.is_empty(),
             "empty after explicit names unsubscribes all"
@@ -535,8 +661,24 @@ mod tests {
     fn legacy_wildcard_stays_on_repeated_empty_lists() {
         let sets = NameSets::default();
         let mut sub = Subscription::default();
-        sub.apply_sotw(XdsType::Cluster, true, &[], &sets);
-        assert!(!sub.apply_sotw(XdsType::Cluster, false, &[], &sets));
+        sub.apply_sotw(
+            XdsType::Cluster,
+            true,
+            &[],
+            &sets,
+            MAX_SUBSCRIBED_NAME_BYTES,
+        )
+        .unwrap();
+        assert!(
+            !sub.apply_sotw(
+                XdsType::Cluster,
+                false,
+                &[],
+                &sets,
+                MAX_SUBSCRIBED_NAME_BYTES
+            )
+            .unwrap()
+        );
         assert!(sub.wildcard);
     }
 
@@ -544,7 +686,14 @@ mod tests {
     fn explicit_star_with_names() {
         let sets = NameSets::default();
         let mut sub = Subscription::default();
-        sub.apply_sotw(XdsType::Route, true, &names(&["*", "r1"]), &sets);
+        sub.apply_sotw(
+            XdsType::Route,
+            true,
+            &names(&["*", "r1"]),
+            &sets,
+            MAX_SUBSCRIBED_NAME_BYTES,
+        )
+        .unwrap();
         assert!(sub.wildcard);
         assert_eq!(sub.names.iter().collect::<Vec<_>>(), ["r1"]);
         assert_eq!(sub.query(), None);
@@ -555,13 +704,45 @@ mod tests {
         let sets = NameSets::default();
         let mut a = Subscription::default();
         let mut b = Subscription::default();
-        a.apply_sotw(XdsType::Endpoint, true, &names(&["y", "x"]), &sets);
-        b.apply_sotw(XdsType::Endpoint, true, &names(&["x", "y"]), &sets);
+        a.apply_sotw(
+            XdsType::Endpoint,
+            true,
+            &names(&["y", "x"]),
+            &sets,
+            MAX_SUBSCRIBED_NAME_BYTES,
+        )
+        .unwrap();
+        b.apply_sotw(
+            XdsType::Endpoint,
+            true,
+            &names(&["x", "y"]),
+            &sets,
+            MAX_SUBSCRIBED_NAME_BYTES,
+        )
+        .unwrap();
         assert!(Arc::ptr_eq(&a.names, &b.names), "two streams, one set");
         let kept = a.names.clone();
-        assert!(!a.apply_sotw(XdsType::Endpoint, false, &names(&["x", "y"]), &sets));
+        assert!(
+            !a.apply_sotw(
+                XdsType::Endpoint,
+                false,
+                &names(&["x", "y"]),
+                &sets,
+                MAX_SUBSCRIBED_NAME_BYTES
+            )
+            .unwrap()
+        );
         assert!(Arc::ptr_eq(&a.names, &kept));
-        assert!(a.apply_sotw(XdsType::Endpoint, false, &names(&["x"]), &sets));
+        assert!(
+            a.apply_sotw(
+                XdsType::Endpoint,
+                false,
+                &names(&["x"]),
+                &sets,
+                MAX_SUBSCRIBED_NAME_BYTES
+            )
+            .unwrap()
+        );
         assert_eq!(sets.len(), 2);
     }
 
@@ -569,21 +750,73 @@ mod tests {
     fn delta_subscribe_unsubscribe() {
         let sets = NameSets::default();
         let mut sub = Subscription::default();
-        let (gone, changed) =
-            sub.apply_delta(XdsType::Endpoint, true, &names(&["a", "b"]), &[], &sets);
+        let (gone, changed) = sub
+            .apply_delta(
+                XdsType::Endpoint,
+                true,
+                &names(&["a", "b"]),
+                &[],
+                &sets,
+                MAX_SUBSCRIBED_NAME_BYTES,
+            )
+            .unwrap();
         assert!(changed && gone.is_empty() && !sub.wildcard);
-        let (gone, changed) =
-            sub.apply_delta(XdsType::Endpoint, false, &[], &names(&["a", "zz"]), &sets);
+        let (gone, changed) = sub
+            .apply_delta(
+                XdsType::Endpoint,
+                false,
+                &[],
+                &names(&["a", "zz"]),
+                &sets,
+                MAX_SUBSCRIBED_NAME_BYTES,
+            )
+            .unwrap();
         assert!(changed);
         assert_eq!(gone, BTreeSet::from(["a".to_string()]));
         assert_eq!(sub.names.iter().collect::<Vec<_>>(), ["b"]);
-        let (_, changed) = sub.apply_delta(XdsType::Endpoint, false, &[], &names(&["zz"]), &sets);
+        let (_, changed) = sub
+            .apply_delta(
+                XdsType::Endpoint,
+                false,
+                &[],
+                &names(&["zz"]),
+                &sets,
+                MAX_SUBSCRIBED_NAME_BYTES,
+            )
+            .unwrap();
         assert!(!changed);
         let mut lds = Subscription::default();
-        lds.apply_delta(XdsType::Listener, true, &[], &[], &sets);
+        lds.apply_delta(
+            XdsType::Listener,
+            true,
+            &[],
+            &[],
+            &sets,
+            MAX_SUBSCRIBED_NAME_BYTES,
+        )
+        .unwrap();
         assert!(lds.wildcard, "legacy wildcard on the first delta request");
-        lds.apply_delta(XdsType::Listener, false, &[], &names(&["*"]), &sets);
+        lds.apply_delta(
+            XdsType::Listener,
+            false,
+            &[],
+            &names(&["*"]),
+            &sets,
+            MAX_SUBSCRIBED_NAME_BYTES,
+        )
+        .unwrap();
         assert!(!lds.wildcard);
+    }
+
+    #[test]
+    fn a_name_both_subscribed_and_unsubscribed_in_one_request_ends_unsubscribed() {
+        // Found by `props`: the subscribe list used to win.
+        let sets = NameSets::default();
+        let mut sub = Subscription::default();
+        let both = names(&["a"]);
+        sub.apply_delta(XdsType::Cluster, true, &both, &both, &sets, usize::MAX)
+            .unwrap();
+        assert!(sub.is_empty(), "{sub:?}");
     }
 
     #[test]

@@ -266,3 +266,59 @@ async fn a_stale_nonce_is_not_an_ack_but_its_subscription_applies() {
         second.nonce
     );
 }
+
+#[tokio::test]
+async fn a_delta_stream_subscribing_past_the_name_cap_is_ended_with_resource_exhausted() {
+    use pilotfish_xds::ads::MAX_SUBSCRIBED_NAMES;
+    let refused = || {
+        pilotfish_xds::metrics::STREAMS_REFUSED
+            .with_label_values(&["subscription_limit"])
+            .get()
+    };
+    let server = TestServer::start("a", Some(MapSnapshot::sample(1))).await;
+    let mut s = server
+        .delta(delta_first(CLUSTER_TYPE, &["*"]))
+        .await
+        .expect("stream");
+    s.recv().await;
+    let name = |i: usize| format!("outbound|80||svc-{i:06}.ns.svc.cluster.local");
+    // A hostile client adds names request after request; each is within the request size.
+    let chunk = MAX_SUBSCRIBED_NAMES / 4;
+    for part in 0..4 {
+        let mut request = delta_request(ENDPOINT_TYPE, &[], &[], "");
+        request.resource_names_subscribe = (part * chunk..(part + 1) * chunk).map(name).collect();
+        s.send(request).await;
+        // Absent names are announced once, as removed.
+        assert_eq!(s.recv().await.removed_resources.len(), chunk);
+    }
+    let held = |server: &TestServer| {
+        let stream = &server.registry.streams_of(NODE_ID)[0];
+        let eds = stream
+            .types
+            .iter()
+            .find(|t| t.type_url == ENDPOINT_TYPE)
+            .expect("eds status");
+        (eds.subscribed.len(), eds.subscribed.bytes())
+    };
+    let bytes: usize = (0..MAX_SUBSCRIBED_NAMES).map(|i| name(i).len()).sum();
+    assert_eq!(held(&server), (MAX_SUBSCRIBED_NAMES, bytes));
+    let before = refused();
+    let mut request = delta_request(ENDPOINT_TYPE, &[], &[], "");
+    request.resource_names_subscribe = vec![name(MAX_SUBSCRIBED_NAMES)];
+    s.send(request).await;
+    let end = tokio::time::timeout(PATIENCE, s.inbound.message())
+        .await
+        .expect("ended in time");
+    match end {
+        Err(status) => {
+            assert_eq!(status.code(), Code::ResourceExhausted, "{status}");
+            assert!(status.message().contains("at most 100000"), "{status}");
+        }
+        other => panic!("the stream went on: {other:?}"),
+    }
+    assert!(refused() > before, "counted under subscription_limit");
+    eventually("the stream is gone", || {
+        server.registry.streams_of(NODE_ID).is_empty()
+    })
+    .await;
+}

@@ -106,7 +106,23 @@ impl TestServer {
         Self::sotw_on(AggregatedDiscoveryServiceClient::new(channel), first).await
     }
 
-    async fn sotw_on(
+    /// A client on its own connection from the local address `local` (any 127.0.0.0/8
+    /// address works on Linux), so admission sees it as its own peer.
+    pub async fn client_from(
+        &self,
+        local: std::net::IpAddr,
+    ) -> AggregatedDiscoveryServiceClient<tonic::transport::Channel> {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr))
+            .expect("endpoint")
+            .local_address(Some(local))
+            .connect()
+            .await
+            .expect("connect to the test ADS server");
+        AggregatedDiscoveryServiceClient::new(channel)
+    }
+
+    /// Opens a SotW stream over `client` (streams of one client share its connection).
+    pub async fn sotw_on(
         mut client: AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
         first: DiscoveryRequest,
     ) -> Result<Sotw, tonic::Status> {
