@@ -18,7 +18,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use pilotfish_mesh::api::{
-    DestinationRule, IstioStatus, PeerAuthentication, ServiceEntry, VirtualService,
+    DestinationRule, IstioStatus, PeerAuthentication, ServiceEntry, Sidecar, VirtualService,
 };
 use pilotfish_mesh::config::{ConfigKey, ConfigKind};
 use pilotfish_mesh::model::{NodeInfo, PodInfo};
@@ -118,6 +118,7 @@ istio_kind!(
     "PeerAuthentication",
     peer_authentications
 );
+istio_kind!(Sidecar, "Sidecar", sidecars);
 
 impl Watched for KubeService {
     type Stored = KubeService;
@@ -497,6 +498,7 @@ pub struct Stores {
     pub destination_rules: KindStore<DestinationRule>,
     pub service_entries: KindStore<ServiceEntry>,
     pub peer_authentications: KindStore<PeerAuthentication>,
+    pub sidecars: KindStore<Sidecar>,
     pub services: KindStore<KubeService>,
     pub endpoint_slices: KindStore<EndpointSlice>,
     pub pods: KindStore<PodInfo>,
@@ -513,6 +515,7 @@ impl Stores {
             (self.destination_rules.synced(), DestinationRule::KIND),
             (self.service_entries.synced(), ServiceEntry::KIND),
             (self.peer_authentications.synced(), PeerAuthentication::KIND),
+            (self.sidecars.synced(), Sidecar::KIND),
             (self.services.synced(), KubeService::KIND),
             (self.endpoint_slices.synced(), EndpointSlice::KIND),
             (self.pods.synced(), Pod::KIND),
@@ -537,6 +540,7 @@ impl Stores {
             (DestinationRule::KIND, self.destination_rules.len()),
             (ServiceEntry::KIND, self.service_entries.len()),
             (PeerAuthentication::KIND, self.peer_authentications.len()),
+            (Sidecar::KIND, self.sidecars.len()),
             (KubeService::KIND, self.services.len()),
             (EndpointSlice::KIND, self.endpoint_slices.len()),
             (Pod::KIND, self.pods.len()),
@@ -576,6 +580,7 @@ impl Stores {
             destination_rules: live(&self.destination_rules, &terminating).collect(),
             service_entries: live(&self.service_entries, &terminating).collect(),
             peer_authentications: live(&self.peer_authentications, &terminating).collect(),
+            sidecars: live(&self.sidecars, &terminating).collect(),
             input_warnings: self.unknown_field_warnings(&terminating),
             send_unhealthy_endpoints: base.send_unhealthy_endpoints,
         }
@@ -604,6 +609,7 @@ impl Stores {
                 ConfigKind::PeerAuthentication,
                 self.peer_authentications.unknown_fields(),
             ),
+            (ConfigKind::Sidecar, self.sidecars.unknown_fields()),
         ] {
             for ((namespace, name), paths) in fields {
                 if terminating.contains(namespace.as_str()) {
@@ -644,6 +650,12 @@ impl Stores {
         collect_config(
             &self.peer_authentications,
             ConfigKind::PeerAuthentication,
+            |o| (&o.metadata, o.status.as_ref()),
+            &mut out,
+        );
+        collect_config(
+            &self.sidecars,
+            ConfigKind::Sidecar,
             |o| (&o.metadata, o.status.as_ref()),
             &mut out,
         );

@@ -9,18 +9,20 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Service as KubeService;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use super::notices::{destination_rule_notices, service_entry_notices, virtual_service_notices};
+use super::notices::{
+    destination_rule_notices, service_entry_notices, sidecar_notices, virtual_service_notices,
+};
 use super::references::{KnownHosts, SubsetIndex, virtual_service_references};
 use super::validate::{
     validate_destination_rule, validate_peer_authentication, validate_service_entry,
-    validate_virtual_service,
+    validate_sidecar, validate_virtual_service,
 };
 use super::{
     Config, ConfigMeta, DestinationRuleConfig, MeshData, PeerAuthenticationConfig, PushContext,
-    VirtualServiceConfig, config_age_order, delegate, effective_export_to,
+    SidecarConfig, VirtualServiceConfig, config_age_order, delegate, effective_export_to,
 };
 use crate::api::{
-    DestinationRule, PeerAuthentication, ServiceEntry, VirtualService, VirtualServiceSpec,
+    DestinationRule, PeerAuthentication, ServiceEntry, Sidecar, VirtualService, VirtualServiceSpec,
 };
 use crate::config::{ConfigError, ConfigKey, ConfigKind};
 use crate::mesh_config::MeshConfig;
@@ -46,6 +48,7 @@ pub struct BuildInputs {
     pub destination_rules: Vec<Arc<DestinationRule>>,
     pub service_entries: Vec<Arc<ServiceEntry>>,
     pub peer_authentications: Vec<Arc<PeerAuthentication>>,
+    pub sidecars: Vec<Arc<Sidecar>>,
     /// Findings made while reading the inputs (fields of Istio objects that Pilotfish does
     /// not know), reported with the build's own.
     pub input_warnings: Vec<ConfigError>,
@@ -313,6 +316,28 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         }
     }
 
+    // Sidecars: each judged alone; which one applies to a proxy is a query
+    // (`PushContext::sidecar_for`).
+    let mut sidecars: Vec<Arc<SidecarConfig>> = Vec::new();
+    for sc in &inputs.sidecars {
+        let meta = meta_of(&sc.metadata);
+        let key = ConfigKey::new(ConfigKind::Sidecar, &meta.namespace, &meta.name);
+        let validated = validate_sidecar(sc);
+        findings.extend(validated.findings);
+        match validated.spec {
+            Some(spec) => {
+                findings.extend(sidecar_notices(&key, &spec));
+                sidecars.push(Arc::new(Config { meta, spec }));
+            }
+            None => {
+                if let Some(prev) = previous.and_then(|p| find(p.sidecars(), &meta)) {
+                    kept_previous.push(key);
+                    sidecars.push(prev.clone());
+                }
+            }
+        }
+    }
+
     findings.sort();
     findings.dedup();
     kept_previous.sort();
@@ -323,6 +348,7 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         virtual_services,
         destination_rules,
         peer_authentications,
+        sidecars,
     );
     BuildOutput {
         context: PushContext::from_data(data),
@@ -416,6 +442,7 @@ fn assemble(
     mut virtual_services: Vec<Arc<VirtualServiceConfig>>,
     mut destination_rules: Vec<Arc<DestinationRuleConfig>>,
     mut peer_authentications: Vec<Arc<PeerAuthenticationConfig>>,
+    mut sidecars: Vec<Arc<SidecarConfig>>,
 ) -> MeshData {
     services.sort_by(|a, b| (&a.hostname, &a.namespace).cmp(&(&b.hostname, &b.namespace)));
     endpoints.sort_by(|a, b| (&a.hostname, &a.namespace).cmp(&(&b.hostname, &b.namespace)));
@@ -425,6 +452,8 @@ fn assemble(
         .sort_by(|a, b| (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name)));
     peer_authentications
         .sort_by(|a, b| (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name)));
+    sidecars
+        .sort_by(|a, b| (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name)));
     MeshData {
         mesh: inputs.mesh.clone(),
         cluster_domain: inputs.cluster_domain.clone(),
@@ -433,6 +462,7 @@ fn assemble(
         virtual_services,
         destination_rules,
         peer_authentications,
+        sidecars,
     }
 }
 

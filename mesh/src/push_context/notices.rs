@@ -6,7 +6,8 @@
 //! list follows this file).
 
 use crate::api::{
-    DestinationRuleSpec, Resolution, ServiceEntrySpec, TlsMode, TrafficPolicy, VirtualServiceSpec,
+    DestinationRuleSpec, Resolution, ServiceEntrySpec, SidecarSpec, TlsMode, TrafficPolicy,
+    VirtualServiceSpec,
 };
 use crate::config::{ConfigError, ConfigKey};
 
@@ -38,6 +39,43 @@ pub fn virtual_service_notices(key: &ConfigKey, spec: &VirtualServiceSpec) -> Ve
                 );
             }
         }
+    }
+    n.list
+}
+
+/// Notices about an accepted Sidecar: what of it the generators do not translate yet.
+/// Egress imports (hosts, ports), the workload selector and `outboundTrafficPolicy` are
+/// translated; the listeners' addresses and the inbound side are not.
+pub fn sidecar_notices(key: &ConfigKey, spec: &SidecarSpec) -> Vec<ConfigError> {
+    let mut n = Notices {
+        key,
+        list: Vec::new(),
+    };
+    for (i, listener) in spec.egress.iter().enumerate() {
+        if listener.bind.as_deref().is_some_and(|b| !b.is_empty()) {
+            n.behaviour(
+                &format!("spec.egress[{i}].bind"),
+                "not translated by Pilotfish yet: the listener's services keep their usual listeners (their virtual IPs, or 0.0.0.0) instead of this address",
+            );
+        }
+        if listener.capture_mode.is_some() {
+            n.behaviour(
+                &format!("spec.egress[{i}].captureMode"),
+                "not translated by Pilotfish yet: outbound listeners are never bound to a port (traffic is expected to be captured)",
+            );
+        }
+    }
+    for (i, _) in spec.ingress.iter().enumerate() {
+        n.behaviour(
+            &format!("spec.ingress[{i}]"),
+            "not translated by Pilotfish yet: the inbound listener is built from the Services selecting the workload and their PeerAuthentication, not from Sidecar ingress listeners (port, bind, captureMode, defaultEndpoint, tls, connectionPool)",
+        );
+    }
+    if spec.inbound_connection_pool.is_some() {
+        n.behaviour(
+            "spec.inboundConnectionPool",
+            "not translated by Pilotfish yet: inbound clusters keep Istio's default connection pool",
+        );
     }
     n.list
 }
