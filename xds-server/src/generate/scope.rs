@@ -6,7 +6,9 @@
 //! through what they select: the workload-selector DestinationRules and the distinct
 //! `sourceLabels` selectors that match them, the proxy's own inbound ports and their
 //! mutual TLS mode (PeerAuthentication) and, where locality-aware load balancing is
-//! configured, its locality. [`ScopeIndex`] precomputes
+//! configured, its locality; and the Sidecar that applies to it (an index into the
+//! snapshot's Sidecars: with the namespace it determines the whole sidecar scope, so
+//! proxies under one Sidecar share its parts). [`ScopeIndex`] precomputes
 //! those selectors once per snapshot so a scope costs a few label comparisons.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -17,7 +19,8 @@ use pilotfish_mesh::model::{
     Locality, Protocol, Proxy, ProxyGenerator, Service, TargetPort, labels_match,
 };
 use pilotfish_mesh::push_context::{
-    EffectiveMtls, PeerAuthenticationConfig, PushContext, peer_authn,
+    EffectiveMtls, PeerAuthenticationConfig, PushContext, SidecarConfig, peer_authn,
+    sidecar::select_sidecar,
 };
 
 /// The two families of output.
@@ -58,6 +61,9 @@ pub struct InboundPort {
 pub struct Scope {
     pub flavor: Option<Flavor>,
     pub namespace: String,
+    /// The Sidecar that applies to the proxy (an index into the snapshot's Sidecars,
+    /// `PushContext::sidecar_for`), `None` without one.
+    pub sidecar: Option<usize>,
     /// Indexes (into [`ScopeIndex`]) of the workload-selector DestinationRules that select
     /// the proxy.
     pub dr_selectors: Vec<usize>,
@@ -105,16 +111,19 @@ impl Scope {
             }
             Part::OutboundClusters => {
                 s.namespace = self.namespace.clone();
+                s.sidecar = self.sidecar;
                 s.dr_selectors = self.dr_selectors.clone();
             }
             Part::Endpoints => {
                 s.namespace = self.namespace.clone();
+                s.sidecar = self.sidecar;
                 s.dr_selectors = self.dr_selectors.clone();
                 s.locality = self.locality.clone();
                 s.failover_labels = self.failover_labels.clone();
             }
             Part::OutboundListeners | Part::Routes => {
                 s.namespace = self.namespace.clone();
+                s.sidecar = self.sidecar;
                 s.dr_selectors = self.dr_selectors.clone();
                 s.source_selectors = self.source_selectors.clone();
             }
@@ -144,12 +153,15 @@ pub struct ScopeIndex {
     root_namespace: String,
     /// PeerAuthentications by namespace.
     peer_authentications: HashMap<String, Vec<Arc<PeerAuthenticationConfig>>>,
+    /// The snapshot's Sidecars, in its order (scopes hold indexes into it).
+    sidecars: Vec<Arc<SidecarConfig>>,
 }
 
 impl ScopeIndex {
     pub fn new(push: &PushContext) -> ScopeIndex {
         let mut index = ScopeIndex {
             root_namespace: push.mesh().root_namespace.clone(),
+            sidecars: push.sidecars().to_vec(),
             ..ScopeIndex::default()
         };
         for dr in push.destination_rules() {
@@ -290,9 +302,16 @@ impl ScopeIndex {
             Flavor::Sidecar => (self.inbound_ports(proxy), Some(self.mtls(proxy))),
             Flavor::Proxyless => (Vec::new(), None),
         };
+        let sidecar = select_sidecar(
+            &self.sidecars,
+            &self.root_namespace,
+            &proxy.namespace,
+            &proxy.labels,
+        );
         Scope {
             flavor: Some(flavor),
             namespace: proxy.namespace.clone(),
+            sidecar,
             dr_selectors,
             source_selectors,
             locality,

@@ -196,9 +196,11 @@ impl GeneratedSnapshot {
             return plan;
         }
         let mut findings = Vec::new();
+        let sidecar = Arc::new(self.push.sidecar_scope(scope.sidecar, &scope.namespace));
         let plan = Arc::new(outbound_plan(
             &self.push,
             proxy,
+            sidecar,
             Flavor::of(proxy),
             &mut findings,
         ));

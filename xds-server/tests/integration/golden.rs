@@ -69,6 +69,13 @@ const CASES: &[(&str, Option<&str>, &str)] = &[
     ("unready-endpoints", None, "client"),
     ("grpc-web", None, "client"),
     ("passthrough-target-port", None, "client"),
+    ("sidecar-egress-hosts", None, "client"),
+    ("sidecar-import-nothing", None, "client"),
+    ("sidecar-precedence", None, "client"),
+    ("sidecar-root-default", None, "client"),
+    ("sidecar-egress-port", None, "client"),
+    ("sidecar-registry-only", None, "client"),
+    ("sidecar-egress-proxy", None, "client"),
 ];
 
 const TYPES: [(XdsType, &str); 4] = [
