@@ -595,7 +595,8 @@ async fn peer_authentications_are_served_and_invalid_ones_reported() {
 }
 
 /// Sidecar is watched like the other Istio kinds: a valid one reaches the snapshot (the
-/// replica selects it for the namespace), one with a field Pilotfish does not translate is
+/// replica selects it for the namespace), one with a field Pilotfish does not translate (an
+/// ingress listener's capture mode) is
 /// served with `Reconciled=True` and a warning naming it, an invalid one (no egress,
 /// ingress, policy nor pool: Istio's "empty configuration") gets `Reconciled=False` and
 /// one `InvalidConfig` Event, and is left out.
@@ -616,7 +617,7 @@ async fn sidecars_are_served_and_invalid_ones_reported() {
         "metadata": {"name": "reviews", "namespace": "default"},
         "spec": {
             "workloadSelector": {"labels": {"app": "reviews"}},
-            "ingress": [{"port": {"number": 9080, "protocol": "GRPC", "name": "grpc"}, "defaultEndpoint": "127.0.0.1:9080"}],
+            "ingress": [{"port": {"number": 9080, "protocol": "GRPC", "name": "grpc"}, "defaultEndpoint": "127.0.0.1:9080", "captureMode": "NONE"}],
         },
     });
     let empty = json!({
@@ -665,7 +666,7 @@ async fn sidecars_are_served_and_invalid_ones_reported() {
         warned["message"]
             .as_str()
             .unwrap()
-            .contains("spec.ingress[0]"),
+            .contains("spec.ingress[0].captureMode"),
         "{warned}"
     );
     let events: Api<CoreEvent> = Api::namespaced(cluster.client(), "default");

@@ -44,8 +44,9 @@ pub fn virtual_service_notices(key: &ConfigKey, spec: &VirtualServiceSpec) -> Ve
 }
 
 /// Notices about an accepted Sidecar: what of it the generators do not translate yet.
-/// Egress imports (hosts, ports), the workload selector and `outboundTrafficPolicy` are
-/// translated; the listeners' addresses and the inbound side are not.
+/// Egress imports (hosts, ports), ingress listener ports and default endpoints, the
+/// workload selector and `outboundTrafficPolicy` are translated; the listeners' addresses
+/// and capture modes, ingress TLS and connection pools are not.
 pub fn sidecar_notices(key: &ConfigKey, spec: &SidecarSpec) -> Vec<ConfigError> {
     let mut n = Notices {
         key,
@@ -65,11 +66,32 @@ pub fn sidecar_notices(key: &ConfigKey, spec: &SidecarSpec) -> Vec<ConfigError> 
             );
         }
     }
-    for (i, _) in spec.ingress.iter().enumerate() {
-        n.behaviour(
-            &format!("spec.ingress[{i}]"),
-            "not translated by Pilotfish yet: the inbound listener is built from the Services selecting the workload and their PeerAuthentication, not from Sidecar ingress listeners (port, bind, captureMode, defaultEndpoint, tls, connectionPool)",
-        );
+    for (i, listener) in spec.ingress.iter().enumerate() {
+        let path = format!("spec.ingress[{i}]");
+        if listener.bind.as_deref().is_some_and(|b| !b.is_empty()) {
+            n.behaviour(
+                &format!("{path}.bind"),
+                "not translated by Pilotfish yet: the port's chain stays in virtualInbound (0.0.0.0:15006) instead of a listener on this address",
+            );
+        }
+        if listener.capture_mode.is_some() {
+            n.behaviour(
+                &format!("{path}.captureMode"),
+                "not translated by Pilotfish yet: the port's chain stays in virtualInbound (traffic is expected to be captured)",
+            );
+        }
+        if listener.tls.is_some() {
+            n.behaviour(
+                &format!("{path}.tls"),
+                "not translated by Pilotfish yet: the port's chain follows the workload's PeerAuthentication, without this TLS termination",
+            );
+        }
+        if listener.connection_pool.is_some() {
+            n.behaviour(
+                &format!("{path}.connectionPool"),
+                "not translated by Pilotfish yet: the inbound cluster keeps Istio's default connection pool",
+            );
+        }
     }
     if spec.inbound_connection_pool.is_some() {
         n.behaviour(

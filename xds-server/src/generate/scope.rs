@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use pilotfish_mesh::api::{Labels, LoadBalancerSettings, TrafficPolicy};
+use pilotfish_mesh::api::{IstioIngressListener, Labels, LoadBalancerSettings, TrafficPolicy};
 use pilotfish_mesh::model::{
     Locality, Protocol, Proxy, ProxyGenerator, Service, TargetPort, labels_match,
 };
@@ -48,11 +48,24 @@ impl Flavor {
     }
 }
 
-/// A port the proxy's own workload serves (a target port of a service selecting it).
+/// A port the proxy's own workload serves (a target port of a service selecting it, or a
+/// port of its Sidecar's ingress listeners).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct InboundPort {
     pub port: u32,
     pub protocol: Protocol,
+    /// Where the inbound cluster sends the traffic (a Sidecar ingress listener's
+    /// `defaultEndpoint`); `None`: to the original destination.
+    pub endpoint: Option<InboundEndpoint>,
+}
+
+/// A Sidecar ingress listener's `defaultEndpoint`, resolved for one proxy (Istio's
+/// `buildInboundClustersFromSidecar`): `127.0.0.1`/`[::1]` are the loopback, `0.0.0.0`/`[::]`
+/// the proxy's own IPv4/IPv6 address (the loopback when it has none), `unix://` a socket.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum InboundEndpoint {
+    Socket { address: String, port: u32 },
+    Pipe(String),
 }
 
 /// Everything besides the snapshot that a part's content depends on. Parts keep only the
@@ -298,16 +311,22 @@ impl ScopeIndex {
             .iter()
             .map(|k| (k.clone(), proxy.labels.get(k).cloned()))
             .collect();
-        let (inbound, inbound_mtls) = match flavor {
-            Flavor::Sidecar => (self.inbound_ports(proxy), Some(self.mtls(proxy))),
-            Flavor::Proxyless => (Vec::new(), None),
-        };
         let sidecar = select_sidecar(
             &self.sidecars,
             &self.root_namespace,
             &proxy.namespace,
             &proxy.labels,
         );
+        let (inbound, inbound_mtls) = match flavor {
+            Flavor::Sidecar => {
+                let ports = match sidecar.map(|i| &self.sidecars[i].spec.ingress) {
+                    Some(ingress) if !ingress.is_empty() => ingress_ports(ingress, proxy),
+                    _ => self.inbound_ports(proxy),
+                };
+                (ports, Some(self.mtls(proxy)))
+            }
+            Flavor::Proxyless => (Vec::new(), None),
+        };
         Scope {
             flavor: Some(flavor),
             namespace: proxy.namespace.clone(),
@@ -379,9 +398,66 @@ impl ScopeIndex {
         }
         ports
             .into_iter()
-            .map(|(port, protocol)| InboundPort { port, protocol })
+            .map(|(port, protocol)| InboundPort {
+                port,
+                protocol,
+                endpoint: None,
+            })
             .collect()
     }
+}
+
+/// The inbound ports of a workload whose Sidecar has ingress listeners: exactly those
+/// listeners' ports (Istio does not merge them with the Services' ports by default), with
+/// their protocols and default endpoints. A port listed twice keeps its first listener.
+fn ingress_ports(ingress: &[IstioIngressListener], proxy: &Proxy) -> Vec<InboundPort> {
+    let mut out: BTreeMap<u32, InboundPort> = BTreeMap::new();
+    for listener in ingress {
+        let port = listener.port.number;
+        let protocol = listener
+            .port
+            .protocol
+            .as_deref()
+            .and_then(Protocol::from_istio_name)
+            .unwrap_or(Protocol::Unsupported);
+        let endpoint = listener
+            .default_endpoint
+            .as_deref()
+            .filter(|e| !e.is_empty())
+            .and_then(|e| default_endpoint(e, proxy));
+        out.entry(port).or_insert(InboundPort {
+            port,
+            protocol,
+            endpoint,
+        });
+    }
+    out.into_values().collect()
+}
+
+/// Resolves a validated `defaultEndpoint` for `proxy`.
+fn default_endpoint(endpoint: &str, proxy: &Proxy) -> Option<InboundEndpoint> {
+    if endpoint.starts_with("unix://") {
+        return Some(InboundEndpoint::Pipe(
+            endpoint.trim_start_matches("unix://").to_string(),
+        ));
+    }
+    let (host, port) = endpoint.rsplit_once(':')?;
+    let port: u32 = port.parse().ok()?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let own = |v4: bool| {
+        proxy
+            .ips
+            .iter()
+            .find(|ip| ip.is_ipv4() == v4)
+            .map(|ip| ip.to_string())
+    };
+    let address = match host {
+        "0.0.0.0" => own(true).unwrap_or_else(|| "127.0.0.1".to_string()),
+        "::" => own(false).unwrap_or_else(|| "::1".to_string()),
+        "::1" => "::1".to_string(),
+        _ => "127.0.0.1".to_string(),
+    };
+    Some(InboundEndpoint::Socket { address, port })
 }
 
 #[cfg(test)]
@@ -504,7 +580,8 @@ spec:
             web.inbound,
             [InboundPort {
                 port: 8080,
-                protocol: Protocol::Http
+                protocol: Protocol::Http,
+                endpoint: None,
             }],
             "target port, and no UDP"
         );

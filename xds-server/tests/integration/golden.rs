@@ -76,6 +76,7 @@ const CASES: &[(&str, Option<&str>, &str)] = &[
     ("sidecar-egress-port", None, "client"),
     ("sidecar-registry-only", None, "client"),
     ("sidecar-egress-proxy", None, "client"),
+    ("sidecar-ingress", None, "client"),
 ];
 
 const TYPES: [(XdsType, &str); 4] = [
