@@ -374,9 +374,9 @@ fn select_services(
                 chosen.insert(s.hostname.clone(), (s.namespace.clone(), kube));
             }
             Some((ns, ex_kube)) => {
-                if s.namespace == namespace
-                    || (!ex_kube && kube && (s.namespace == namespace || ns != namespace))
-                {
+                // (Istio's third rule also lets a Kubernetes service of the config
+                // namespace win, which the first rule already does.)
+                if s.namespace == namespace || (!ex_kube && kube && ns != namespace) {
                     chosen.insert(s.hostname.clone(), (s.namespace.clone(), kube));
                 }
             }
