@@ -44,6 +44,8 @@ pub struct BenchConfig {
     pub null_server: bool,
     /// The server's debounce quiet period.
     pub debounce: String,
+    /// A Sidecar per namespace importing `./*` and `istio-system/*`.
+    pub sidecar_per_namespace: bool,
 }
 
 /// One change, measured.
@@ -119,6 +121,9 @@ pub async fn run(config: BenchConfig) -> Result<()> {
         let dir = config.work_dir.join(format!("mesh-{}", mode.name()));
         let _ = std::fs::remove_dir_all(&dir);
         let mesh = mesh::write(&dir, config.shape)?;
+        if config.sidecar_per_namespace {
+            mesh::write_namespace_sidecars(&mesh)?;
+        }
         let (real, capture) = run_real(&config, &mesh, mode).await?;
         let null = if config.null_server {
             Some(run_null(&config, &mesh, mode, capture).await?)
