@@ -2,7 +2,7 @@
 //! `istioctl validate`, with Istio's verdicts. Every error and warning is printed with its
 //! object and field path. Each object is judged alone; references (subsets, hosts) are
 //! checked against the objects given and never fail one (a warning). Objects of Istio kinds
-//! Pilotfish does not support yet (Gateway, Sidecar, ...) and fields it does not know are
+//! Pilotfish does not support yet (Gateway, AuthorizationPolicy, ...) and fields it does not know are
 //! warnings too. Folders are listed as the folder source lists them
 //! (`pilotfish_shared::source::scan`): entries it would skip (a folder it cannot list, a
 //! looping link, a FIFO) are warnings, files it cannot read are errors, and neither stops

@@ -13,6 +13,7 @@ pub enum ConfigKind {
     DestinationRule,
     ServiceEntry,
     PeerAuthentication,
+    Sidecar,
     Service,
     EndpointSlice,
     Pod,
@@ -26,6 +27,7 @@ impl ConfigKind {
             ConfigKind::DestinationRule => "DestinationRule",
             ConfigKind::ServiceEntry => "ServiceEntry",
             ConfigKind::PeerAuthentication => "PeerAuthentication",
+            ConfigKind::Sidecar => "Sidecar",
             ConfigKind::Service => "Service",
             ConfigKind::EndpointSlice => "EndpointSlice",
             ConfigKind::Pod => "Pod",
@@ -34,11 +36,12 @@ impl ConfigKind {
     }
 
     /// Every kind, in declaration order.
-    pub const ALL: [ConfigKind; 8] = [
+    pub const ALL: [ConfigKind; 9] = [
         ConfigKind::VirtualService,
         ConfigKind::DestinationRule,
         ConfigKind::ServiceEntry,
         ConfigKind::PeerAuthentication,
+        ConfigKind::Sidecar,
         ConfigKind::Service,
         ConfigKind::EndpointSlice,
         ConfigKind::Pod,

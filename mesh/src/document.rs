@@ -1,6 +1,6 @@
 //! Kubernetes-style YAML as mesh objects: what `kubectl get -o yaml` prints (Service,
 //! EndpointSlice, Pod, Node, VirtualService, DestinationRule, ServiceEntry,
-//! PeerAuthentication), parsed from text and
+//! PeerAuthentication, Sidecar), parsed from text and
 //! collected into builder inputs. Pure: the folder that feeds it (standalone mode and the
 //! controller's `--config-dir` mode) is `pilotfish_shared::source`.
 //!
@@ -8,7 +8,7 @@
 //! document index, the object (when it can be named) and the reason, and the others are
 //! read as usual. Multi-document files and `kind: List` are unwrapped; objects without a
 //! namespace go to `default`. Documents of other kinds are returned as ignored objects,
-//! the kinds Istio reads but Pilotfish does not (Gateway, Sidecar, AuthorizationPolicy,
+//! the kinds Istio reads but Pilotfish does not (Gateway, AuthorizationPolicy,
 //! Gateway API kinds, ...) marked as such, for the caller to report. Fields of Istio
 //! objects that the types do not know (a newer Istio's, or typos) do not fail the object:
 //! they are kept beside it and become warnings of the build.
@@ -330,6 +330,7 @@ fn with_default_namespace_istio(mut r: IstioResource) -> IstioResource {
         IstioResource::DestinationRule(o) => default_namespace(&mut o.metadata),
         IstioResource::ServiceEntry(o) => default_namespace(&mut o.metadata),
         IstioResource::PeerAuthentication(o) => default_namespace(&mut o.metadata),
+        IstioResource::Sidecar(o) => default_namespace(&mut o.metadata),
     }
     r
 }
@@ -350,6 +351,7 @@ pub fn config_kind(kind: IstioKind) -> ConfigKind {
         IstioKind::DestinationRule => ConfigKind::DestinationRule,
         IstioKind::ServiceEntry => ConfigKind::ServiceEntry,
         IstioKind::PeerAuthentication => ConfigKind::PeerAuthentication,
+        IstioKind::Sidecar => ConfigKind::Sidecar,
     }
 }
 
@@ -390,6 +392,7 @@ pub fn to_inputs<'a>(
                     IstioResource::PeerAuthentication(p) => {
                         base.peer_authentications.push(Arc::new((**p).clone()))
                     }
+                    IstioResource::Sidecar(s) => base.sidecars.push(Arc::new((**s).clone())),
                 }
             }
         }
@@ -453,7 +456,8 @@ metadata: {name: x}
 
     /// Istio's usual sample layout: a Gateway, a VirtualService bound to it and to the mesh,
     /// a Sidecar and an AuthorizationPolicy in one file. Each document stands alone: the
-    /// kinds Pilotfish does not support are set aside as such, the rest is read.
+    /// kinds Pilotfish does not support are set aside as such, the rest (the
+    /// VirtualService and the Sidecar) is read.
     #[test]
     fn unsupported_istio_kinds_beside_supported_ones_do_not_fail_the_file() {
         let text = "\
@@ -484,8 +488,8 @@ spec: {}
 ";
         let parsed = parse_text(Path::new("bookinfo-gateway.yaml"), text);
         assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
-        assert_eq!(parsed.objects.len(), 1);
-        assert_eq!(parsed.objects[0].key().0, "VirtualService");
+        let kinds: Vec<&str> = parsed.objects.iter().map(|o| o.key().0).collect();
+        assert_eq!(kinds, ["VirtualService", "Sidecar"]);
         let ignored: Vec<(&str, &str, bool)> = parsed
             .ignored
             .iter()
@@ -495,7 +499,6 @@ spec: {}
             ignored,
             [
                 ("networking.istio.io/v1/Gateway", "bookinfo-gateway", true),
-                ("networking.istio.io/v1beta1/Sidecar", "default", true),
                 ("security.istio.io/v1/AuthorizationPolicy", "deny-all", true),
             ]
         );

@@ -36,7 +36,9 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::Api;
-use pilotfish_mesh::api::{DestinationRule, PeerAuthentication, ServiceEntry, VirtualService};
+use pilotfish_mesh::api::{
+    DestinationRule, PeerAuthentication, ServiceEntry, Sidecar, VirtualService,
+};
 use pilotfish_mesh::push_context::BuildInputs;
 use tokio::sync::{mpsc, watch as channel};
 use tokio_util::sync::CancellationToken;
@@ -92,6 +94,7 @@ where
         "DestinationRule" => "DestinationRule watch",
         "ServiceEntry" => "ServiceEntry watch",
         "PeerAuthentication" => "PeerAuthentication watch",
+        "Sidecar" => "Sidecar watch",
         "Service" => "Service watch",
         "EndpointSlice" => "EndpointSlice watch",
         "Pod" => "Pod watch",
@@ -155,6 +158,7 @@ impl KubeMode {
             watch_task::<DestinationRule>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<ServiceEntry>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<PeerAuthentication>(client.clone(), updates_tx.clone(), sel()),
+            watch_task::<Sidecar>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<Service>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<EndpointSlice>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<Pod>(client.clone(), updates_tx.clone(), sel()),

@@ -18,7 +18,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use pilotfish_mesh::api::{
-    DestinationRule, IstioStatus, PeerAuthentication, ServiceEntry, VirtualService,
+    DestinationRule, IstioStatus, PeerAuthentication, ServiceEntry, Sidecar, VirtualService,
 };
 use pilotfish_mesh::config::{ConfigKey, ConfigKind};
 use pilotfish_mesh::model::{NodeInfo, PodInfo};
@@ -118,6 +118,7 @@ istio_kind!(
     "PeerAuthentication",
     peer_authentications
 );
+istio_kind!(Sidecar, "Sidecar", sidecars);
 
 impl Watched for KubeService {
     type Stored = KubeService;
@@ -510,6 +511,7 @@ pub struct Stores {
     pub destination_rules: KindStore<DestinationRule>,
     pub service_entries: KindStore<ServiceEntry>,
     pub peer_authentications: KindStore<PeerAuthentication>,
+    pub sidecars: KindStore<Sidecar>,
     pub services: KindStore<KubeService>,
     pub endpoint_slices: KindStore<EndpointSlice>,
     pub pods: KindStore<PodInfo>,
@@ -526,6 +528,7 @@ impl Stores {
             (self.destination_rules.synced(), DestinationRule::KIND),
             (self.service_entries.synced(), ServiceEntry::KIND),
             (self.peer_authentications.synced(), PeerAuthentication::KIND),
+            (self.sidecars.synced(), Sidecar::KIND),
             (self.services.synced(), KubeService::KIND),
             (self.endpoint_slices.synced(), EndpointSlice::KIND),
             (self.pods.synced(), Pod::KIND),
@@ -552,6 +555,7 @@ impl Stores {
             + self.destination_rules.retain_namespaces(&keep)
             + self.service_entries.retain_namespaces(&keep)
             + self.peer_authentications.retain_namespaces(&keep)
+            + self.sidecars.retain_namespaces(&keep)
             + self.services.retain_namespaces(&keep)
             + self.endpoint_slices.retain_namespaces(&keep)
             + self.pods.retain_namespaces(&keep)
@@ -578,6 +582,7 @@ impl Stores {
             (DestinationRule::KIND, self.destination_rules.len()),
             (ServiceEntry::KIND, self.service_entries.len()),
             (PeerAuthentication::KIND, self.peer_authentications.len()),
+            (Sidecar::KIND, self.sidecars.len()),
             (KubeService::KIND, self.services.len()),
             (EndpointSlice::KIND, self.endpoint_slices.len()),
             (Pod::KIND, self.pods.len()),
@@ -617,6 +622,7 @@ impl Stores {
             destination_rules: live(&self.destination_rules, &terminating).collect(),
             service_entries: live(&self.service_entries, &terminating).collect(),
             peer_authentications: live(&self.peer_authentications, &terminating).collect(),
+            sidecars: live(&self.sidecars, &terminating).collect(),
             input_warnings: self.unknown_field_warnings(&terminating),
             send_unhealthy_endpoints: base.send_unhealthy_endpoints,
         }
@@ -645,6 +651,7 @@ impl Stores {
                 ConfigKind::PeerAuthentication,
                 self.peer_authentications.unknown_fields(),
             ),
+            (ConfigKind::Sidecar, self.sidecars.unknown_fields()),
         ] {
             for ((namespace, name), paths) in fields {
                 if terminating.contains(namespace.as_str()) {
@@ -685,6 +692,12 @@ impl Stores {
         collect_config(
             &self.peer_authentications,
             ConfigKind::PeerAuthentication,
+            |o| (&o.metadata, o.status.as_ref()),
+            &mut out,
+        );
+        collect_config(
+            &self.sidecars,
+            ConfigKind::Sidecar,
             |o| (&o.metadata, o.status.as_ref()),
             &mut out,
         );

@@ -593,3 +593,97 @@ async fn peer_authentications_are_served_and_invalid_ones_reported() {
     assert_eq!(about.name.as_deref(), Some("ports-without-selector"));
     replica.assert_alive();
 }
+
+/// Sidecar is watched like the other Istio kinds: a valid one reaches the snapshot (the
+/// replica selects it for the namespace), one with a field Pilotfish does not translate (an
+/// ingress listener's capture mode) is
+/// served with `Reconciled=True` and a warning naming it, an invalid one (no egress,
+/// ingress, policy nor pool: Istio's "empty configuration") gets `Reconciled=False` and
+/// one `InvalidConfig` Event, and is left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sidecars_are_served_and_invalid_ones_reported() {
+    let cluster = Cluster::start().await;
+    cluster.install_istio_crds().await;
+    reviews_mesh(&cluster).await;
+    let scoped = json!({
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "Sidecar",
+        "metadata": {"name": "default", "namespace": "default"},
+        "spec": {"egress": [{"hosts": ["./*"]}]},
+    });
+    let with_ingress = json!({
+        "apiVersion": "networking.istio.io/v1beta1",
+        "kind": "Sidecar",
+        "metadata": {"name": "reviews", "namespace": "default"},
+        "spec": {
+            "workloadSelector": {"labels": {"app": "reviews"}},
+            "ingress": [{"port": {"number": 9080, "protocol": "GRPC", "name": "grpc"}, "defaultEndpoint": "127.0.0.1:9080", "captureMode": "NONE"}],
+        },
+    });
+    let empty = json!({
+        "apiVersion": "networking.istio.io/v1alpha3",
+        "kind": "Sidecar",
+        "metadata": {"name": "empty", "namespace": "default"},
+        "spec": {},
+    });
+    for object in [&scoped, &with_ingress, &empty] {
+        cluster.apply(object.clone()).await;
+    }
+    let bus = MemoryBus::new();
+    let (follower, _task) = bus.follow(decode);
+    let mut replica = Replica::start(&cluster, "a", Arc::new(bus.publisher()), fast_timings());
+    let served = eventually("the valid Sidecars, served", || async {
+        let ctx = follower.current()?;
+        let names: Vec<String> = ctx
+            .value
+            .sidecars()
+            .iter()
+            .map(|s| format!("{}/{}", s.meta.namespace, s.meta.name))
+            .collect();
+        (names.len() == 2).then_some(names)
+    })
+    .await;
+    assert_eq!(served, ["default/default", "default/reviews"]);
+    let current = follower.current().unwrap();
+    let ctx = &current.value;
+    let chosen = ctx
+        .sidecar_for("default", &std::collections::BTreeMap::new())
+        .unwrap();
+    assert_eq!(ctx.sidecars()[chosen].meta.name, "default");
+    let condition = eventually("Reconciled=False on the empty one", || async {
+        let c = reconciled(&cluster.get(&empty).await?)?;
+        (c["status"] == "False").then_some(c)
+    })
+    .await;
+    assert_eq!(condition["reason"], "InvalidConfig");
+    let warned = eventually("AcceptedWithWarnings on the one with ingress", || async {
+        let c = reconciled(&cluster.get(&with_ingress).await?)?;
+        (c["reason"] == "AcceptedWithWarnings").then_some(c)
+    })
+    .await;
+    assert_eq!(warned["status"], "True", "{warned}");
+    assert!(
+        warned["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.ingress[0].captureMode"),
+        "{warned}"
+    );
+    let events: Api<CoreEvent> = Api::namespaced(cluster.client(), "default");
+    let invalid = eventually("the InvalidConfig Event", || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        let found: Vec<CoreEvent> = list
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("InvalidConfig"))
+            .collect();
+        (!found.is_empty()).then_some(found)
+    })
+    .await;
+    assert_eq!(invalid.len(), 1, "{invalid:?}");
+    let about = &invalid[0].involved_object;
+    assert_eq!(about.kind.as_deref(), Some("Sidecar"));
+    assert_eq!(about.api_version.as_deref(), Some("networking.istio.io/v1"));
+    assert_eq!(about.name.as_deref(), Some("empty"));
+    replica.assert_alive();
+}

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::{
     DestinationRule, PeerAuthentication, SECURITY_SERVED_VERSIONS, SERVED_VERSIONS, ServiceEntry,
-    VirtualService,
+    Sidecar, VirtualService,
 };
 
 /// The header written at the top of every generated file.
@@ -31,6 +31,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
             SpecRequired::No,
             &SECURITY_SERVED_VERSIONS,
         ),
+        with_served_versions(Sidecar::crd(), SpecRequired::No, &SERVED_VERSIONS),
     ]
 }
 

@@ -3,7 +3,7 @@
 //!
 //! Public surface:
 //! - Kinds [`VirtualService`], [`DestinationRule`], [`ServiceEntry`],
-//!   [`PeerAuthentication`] (spec types
+//!   [`PeerAuthentication`], [`Sidecar`] (spec types
 //!   `…Spec`, status [`IstioStatus`]); every nested message is named after its Istio proto
 //!   message (`HttpRoute`, `TrafficPolicy`, …) and every field is the snake_case of Istio's
 //!   JSON name (`consecutive_5xx_errors` for `consecutive5xxErrors`, `r#match` for `match`).
@@ -31,6 +31,7 @@ pub mod destination_rule;
 pub mod duration;
 pub mod peer_authentication;
 pub mod service_entry;
+pub mod sidecar;
 pub mod status;
 pub mod strict;
 pub mod virtual_service;
@@ -49,6 +50,11 @@ pub use peer_authentication::{MtlsMode, MutualTls, PeerAuthentication, PeerAuthe
 pub use service_entry::{
     Location, Resolution, ServiceEntry, ServiceEntrySpec, ServicePort, WorkloadEntry,
     WorkloadSelector,
+};
+pub use sidecar::{
+    CaptureMode, IstioEgressListener, IstioIngressListener, OutboundTrafficPolicy,
+    OutboundTrafficPolicyMode, ServerTlsMode, ServerTlsSettings, Sidecar, SidecarPort, SidecarSpec,
+    SidecarWorkloadSelector, TlsCertificate, TlsProtocol,
 };
 pub use status::{IstioCondition, IstioStatus};
 pub use strict::{
@@ -85,6 +91,7 @@ pub enum IstioResource {
     DestinationRule(Box<DestinationRule>),
     ServiceEntry(Box<ServiceEntry>),
     PeerAuthentication(Box<PeerAuthentication>),
+    Sidecar(Box<Sidecar>),
 }
 
 /// The kind of an object, read from its `apiVersion` and `kind` before parsing the rest.
@@ -94,15 +101,17 @@ pub enum IstioKind {
     DestinationRule,
     ServiceEntry,
     PeerAuthentication,
+    Sidecar,
 }
 
 impl IstioKind {
     /// Every supported kind.
-    pub const ALL: [IstioKind; 4] = [
+    pub const ALL: [IstioKind; 5] = [
         IstioKind::VirtualService,
         IstioKind::DestinationRule,
         IstioKind::ServiceEntry,
         IstioKind::PeerAuthentication,
+        IstioKind::Sidecar,
     ];
 
     /// The Kubernetes `kind` string.
@@ -112,6 +121,7 @@ impl IstioKind {
             IstioKind::DestinationRule => "DestinationRule",
             IstioKind::ServiceEntry => "ServiceEntry",
             IstioKind::PeerAuthentication => "PeerAuthentication",
+            IstioKind::Sidecar => "Sidecar",
         }
     }
 
@@ -138,6 +148,7 @@ impl IstioKind {
             IstioKind::DestinationRule => "destinationrules",
             IstioKind::ServiceEntry => "serviceentries",
             IstioKind::PeerAuthentication => "peerauthentications",
+            IstioKind::Sidecar => "sidecars",
         }
     }
 
@@ -208,6 +219,7 @@ impl IstioResource {
             IstioKind::PeerAuthentication => {
                 parse_strict(value).map(|o| IstioResource::PeerAuthentication(Box::new(o)))
             }
+            IstioKind::Sidecar => parse_strict(value).map(|o| IstioResource::Sidecar(Box::new(o))),
         }
         .map(Some)
     }
@@ -260,6 +272,9 @@ impl IstioResource {
             IstioKind::PeerAuthentication => document
                 .parse_reporting_unknown()
                 .map(|p| boxed(p, IstioResource::PeerAuthentication)),
+            IstioKind::Sidecar => document
+                .parse_reporting_unknown()
+                .map(|p| boxed(p, IstioResource::Sidecar)),
         }
         .map(Some)
     }
@@ -271,6 +286,7 @@ impl IstioResource {
             IstioResource::DestinationRule(_) => IstioKind::DestinationRule,
             IstioResource::ServiceEntry(_) => IstioKind::ServiceEntry,
             IstioResource::PeerAuthentication(_) => IstioKind::PeerAuthentication,
+            IstioResource::Sidecar(_) => IstioKind::Sidecar,
         }
     }
 
@@ -281,6 +297,7 @@ impl IstioResource {
             IstioResource::DestinationRule(o) => &o.metadata,
             IstioResource::ServiceEntry(o) => &o.metadata,
             IstioResource::PeerAuthentication(o) => &o.metadata,
+            IstioResource::Sidecar(o) => &o.metadata,
         }
     }
 }

@@ -11,7 +11,8 @@ use crate::model::{
     ServiceEndpoints, ServiceOrigin, ServicePort, TargetPort,
 };
 use crate::push_context::{
-    ConfigMeta, DestinationRuleConfig, PeerAuthenticationConfig, PushContext, VirtualServiceConfig,
+    ConfigMeta, DestinationRuleConfig, PeerAuthenticationConfig, PushContext, SidecarConfig,
+    VirtualServiceConfig,
 };
 
 pub fn mesh_to_pb(m: &MeshConfig) -> pb::MeshSettings {
@@ -255,6 +256,7 @@ pub fn configs_to_pb(ctx: &PushContext) -> Vec<pb::Config> {
                 .iter()
                 .map(|pa| config_to_pb_pa(pa)),
         )
+        .chain(data.sidecars.iter().map(|sc| config_to_pb_sidecar(sc)))
         .collect();
     configs.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
     configs
@@ -266,6 +268,10 @@ pub fn config_to_pb_vs(vs: &VirtualServiceConfig) -> pb::Config {
 
 pub fn config_to_pb_dr(dr: &DestinationRuleConfig) -> pb::Config {
     config_to_pb(pb::Kind::DestinationRule, &dr.meta, &dr.spec)
+}
+
+pub fn config_to_pb_sidecar(sc: &SidecarConfig) -> pb::Config {
+    config_to_pb(pb::Kind::Sidecar, &sc.meta, &sc.spec)
 }
 
 pub fn config_to_pb_pa(pa: &PeerAuthenticationConfig) -> pb::Config {

@@ -403,6 +403,7 @@ pub fn from_pb(s: pb::Snapshot) -> Result<PushContext, DecodeError> {
         virtual_services: Vec::new(),
         destination_rules: Vec::new(),
         peer_authentications: Vec::new(),
+        sidecars: Vec::new(),
     };
     for c in s.configs {
         let meta = ConfigMeta {
@@ -430,6 +431,11 @@ pub fn from_pb(s: pb::Snapshot) -> Result<PushContext, DecodeError> {
                 })?;
                 data.peer_authentications
                     .push(Arc::new(Config { meta, spec }));
+            }
+            Ok(pb::Kind::Sidecar) => {
+                let spec = serde_json::from_slice(&c.spec_json)
+                    .map_err(|e| DecodeError::Corrupt(format!("Sidecar {}: {e}", what())))?;
+                data.sidecars.push(Arc::new(Config { meta, spec }));
             }
             // A config kind added by a newer writer: this replica cannot serve it, but the
             // rest of the snapshot is still good.

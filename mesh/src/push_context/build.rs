@@ -9,18 +9,18 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Service as KubeService;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use super::notices::{service_entry_notices, virtual_service_notices};
+use super::notices::{service_entry_notices, sidecar_notices, virtual_service_notices};
 use super::references::{KnownHosts, SubsetIndex, virtual_service_references};
 use super::validate::{
     validate_destination_rule, validate_peer_authentication, validate_service_entry,
-    validate_virtual_service,
+    validate_sidecar, validate_virtual_service,
 };
 use super::{
     Config, ConfigMeta, DestinationRuleConfig, MeshData, PeerAuthenticationConfig, PushContext,
-    VirtualServiceConfig, config_age_order, delegate, visibility,
+    SidecarConfig, VirtualServiceConfig, config_age_order, delegate, visibility,
 };
 use crate::api::{
-    DestinationRule, PeerAuthentication, ServiceEntry, VirtualService, VirtualServiceSpec,
+    DestinationRule, PeerAuthentication, ServiceEntry, Sidecar, VirtualService, VirtualServiceSpec,
 };
 use crate::config::{ConfigError, ConfigKey, ConfigKind};
 use crate::mesh_config::MeshConfig;
@@ -46,6 +46,7 @@ pub struct BuildInputs {
     pub destination_rules: Vec<Arc<DestinationRule>>,
     pub service_entries: Vec<Arc<ServiceEntry>>,
     pub peer_authentications: Vec<Arc<PeerAuthentication>>,
+    pub sidecars: Vec<Arc<Sidecar>>,
     /// Findings made while reading the inputs (fields of Istio objects that Pilotfish does
     /// not know), reported with the build's own.
     pub input_warnings: Vec<ConfigError>,
@@ -321,6 +322,28 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         }
     }
 
+    // Sidecars: each judged alone; which one applies to a proxy is a query
+    // (`PushContext::sidecar_for`).
+    let mut sidecars: Vec<Arc<SidecarConfig>> = Vec::new();
+    for sc in &inputs.sidecars {
+        let meta = meta_of(&sc.metadata);
+        let key = ConfigKey::new(ConfigKind::Sidecar, &meta.namespace, &meta.name);
+        let validated = validate_sidecar(sc);
+        findings.extend(validated.findings);
+        match validated.spec {
+            Some(spec) => {
+                findings.extend(sidecar_notices(&key, &spec));
+                sidecars.push(Arc::new(Config { meta, spec }));
+            }
+            None => {
+                if let Some(prev) = previous.and_then(|p| find(p.sidecars(), &meta)) {
+                    kept_previous.push(key);
+                    sidecars.push(prev.clone());
+                }
+            }
+        }
+    }
+
     findings.sort();
     findings.dedup();
     kept_previous.sort();
@@ -331,6 +354,7 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         virtual_services,
         destination_rules,
         peer_authentications,
+        sidecars,
     );
     BuildOutput {
         context: PushContext::from_data(data),
@@ -424,6 +448,7 @@ fn assemble(
     mut virtual_services: Vec<Arc<VirtualServiceConfig>>,
     mut destination_rules: Vec<Arc<DestinationRuleConfig>>,
     mut peer_authentications: Vec<Arc<PeerAuthenticationConfig>>,
+    mut sidecars: Vec<Arc<SidecarConfig>>,
 ) -> MeshData {
     services.sort_by(|a, b| (&a.hostname, &a.namespace).cmp(&(&b.hostname, &b.namespace)));
     endpoints.sort_by(|a, b| (&a.hostname, &a.namespace).cmp(&(&b.hostname, &b.namespace)));
@@ -433,6 +458,8 @@ fn assemble(
         .sort_by(|a, b| (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name)));
     peer_authentications
         .sort_by(|a, b| (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name)));
+    sidecars
+        .sort_by(|a, b| (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name)));
     MeshData {
         mesh: inputs.mesh.clone(),
         cluster_domain: inputs.cluster_domain.clone(),
@@ -441,6 +468,7 @@ fn assemble(
         virtual_services,
         destination_rules,
         peer_authentications,
+        sidecars,
     }
 }
 

@@ -17,6 +17,7 @@ pub mod notices;
 pub mod peer_authn;
 mod references;
 mod service_entry;
+pub mod sidecar;
 mod validate;
 pub mod visibility;
 
@@ -26,7 +27,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use xxhash_rust::xxh3::Xxh3Default;
 
-use crate::api::{DestinationRuleSpec, PeerAuthenticationSpec, VirtualServiceSpec};
+use crate::api::{DestinationRuleSpec, PeerAuthenticationSpec, SidecarSpec, VirtualServiceSpec};
 use crate::config::{ConfigKey, ConfigKind};
 use crate::mesh_config::MeshConfig;
 use crate::model::{Proxy, Service, ServiceEndpoints};
@@ -36,7 +37,7 @@ pub use diff::{ChangeSummary, diff};
 pub use peer_authn::EffectiveMtls;
 pub use validate::{
     validate_destination_rule, validate_peer_authentication, validate_service_entry,
-    validate_virtual_service,
+    validate_sidecar, validate_virtual_service,
 };
 use visibility::DestinationRuleIndex;
 
@@ -60,6 +61,7 @@ pub struct Config<T> {
 pub type VirtualServiceConfig = Config<VirtualServiceSpec>;
 pub type DestinationRuleConfig = Config<DestinationRuleSpec>;
 pub type PeerAuthenticationConfig = Config<PeerAuthenticationSpec>;
+pub type SidecarConfig = Config<SidecarSpec>;
 
 /// Everything a snapshot holds; [`PushContext`] adds indexes over it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -76,6 +78,8 @@ pub struct MeshData {
     pub destination_rules: Vec<Arc<DestinationRuleConfig>>,
     /// Sorted by (namespace, name).
     pub peer_authentications: Vec<Arc<PeerAuthenticationConfig>>,
+    /// Sorted by (namespace, name).
+    pub sidecars: Vec<Arc<SidecarConfig>>,
 }
 
 /// A 64-bit content hash of one item.
@@ -218,6 +222,12 @@ impl PushContext {
                 .or_default()
                 .push(i);
         }
+        for sc in &data.sidecars {
+            hashes.configs.insert(
+                ConfigKey::new(ConfigKind::Sidecar, &sc.meta.namespace, &sc.meta.name),
+                spec_hash(&sc.meta, &sc.spec),
+            );
+        }
         PushContext {
             data,
             hashes,
@@ -303,6 +313,11 @@ impl PushContext {
         &self.data.destination_rules
     }
 
+    /// Every accepted Sidecar, sorted by (namespace, name).
+    pub fn sidecars(&self) -> &[Arc<SidecarConfig>] {
+        &self.data.sidecars
+    }
+
     /// Every accepted PeerAuthentication, sorted by (namespace, name).
     pub fn peer_authentications(&self) -> &[Arc<PeerAuthenticationConfig>] {
         &self.data.peer_authentications
@@ -385,6 +400,17 @@ impl PushContext {
         hostname: &str,
         namespace: &str,
     ) -> Option<&Arc<VirtualServiceConfig>> {
+        self.virtual_service_for_host_where(hostname, namespace, |_| true)
+    }
+
+    /// [`PushContext::virtual_service_for_host`] among the VirtualServices `keep` accepts
+    /// (a Sidecar's imports).
+    pub fn virtual_service_for_host_where(
+        &self,
+        hostname: &str,
+        namespace: &str,
+        keep: impl Fn(&VirtualServiceConfig) -> bool,
+    ) -> Option<&Arc<VirtualServiceConfig>> {
         let exact = self
             .vs_by_host
             .get(hostname)
@@ -399,6 +425,7 @@ impl PushContext {
         exact
             .chain(wild)
             .map(|(pattern, i)| (pattern, &self.data.virtual_services[i]))
+            .filter(|(_, vs)| keep(vs))
             .filter_map(|(pattern, vs)| {
                 self.virtual_service_reach(vs, namespace)
                     .map(|reach| (pattern, reach, vs))

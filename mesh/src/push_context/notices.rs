@@ -5,7 +5,7 @@
 //! the generators; a field added here says why it is not (the README's "not supported"
 //! list follows this file).
 
-use crate::api::{Resolution, ServiceEntrySpec, VirtualServiceSpec};
+use crate::api::{Resolution, ServiceEntrySpec, SidecarSpec, VirtualServiceSpec};
 use crate::config::{ConfigError, ConfigKey};
 
 /// Collects the notices about one object.
@@ -36,6 +36,65 @@ pub fn virtual_service_notices(key: &ConfigKey, spec: &VirtualServiceSpec) -> Ve
                 );
             }
         }
+    }
+    n.list
+}
+
+/// Notices about an accepted Sidecar: what of it the generators do not translate yet.
+/// Egress imports (hosts, ports), ingress listener ports and default endpoints, the
+/// workload selector and `outboundTrafficPolicy` are translated; the listeners' addresses
+/// and capture modes, ingress TLS and connection pools are not.
+pub fn sidecar_notices(key: &ConfigKey, spec: &SidecarSpec) -> Vec<ConfigError> {
+    let mut n = Notices {
+        key,
+        list: Vec::new(),
+    };
+    for (i, listener) in spec.egress.iter().enumerate() {
+        if listener.bind.as_deref().is_some_and(|b| !b.is_empty()) {
+            n.behaviour(
+                &format!("spec.egress[{i}].bind"),
+                "not translated by Pilotfish yet: the listener's services keep their usual listeners (their virtual IPs, or 0.0.0.0) instead of this address",
+            );
+        }
+        if listener.capture_mode.is_some() {
+            n.behaviour(
+                &format!("spec.egress[{i}].captureMode"),
+                "not translated by Pilotfish yet: outbound listeners are never bound to a port (traffic is expected to be captured)",
+            );
+        }
+    }
+    for (i, listener) in spec.ingress.iter().enumerate() {
+        let path = format!("spec.ingress[{i}]");
+        if listener.bind.as_deref().is_some_and(|b| !b.is_empty()) {
+            n.behaviour(
+                &format!("{path}.bind"),
+                "not translated by Pilotfish yet: the port's chain stays in virtualInbound (0.0.0.0:15006) instead of a listener on this address",
+            );
+        }
+        if listener.capture_mode.is_some() {
+            n.behaviour(
+                &format!("{path}.captureMode"),
+                "not translated by Pilotfish yet: the port's chain stays in virtualInbound (traffic is expected to be captured)",
+            );
+        }
+        if listener.tls.is_some() {
+            n.behaviour(
+                &format!("{path}.tls"),
+                "not translated by Pilotfish yet: the port's chain follows the workload's PeerAuthentication, without this TLS termination",
+            );
+        }
+        if listener.connection_pool.is_some() {
+            n.behaviour(
+                &format!("{path}.connectionPool"),
+                "not translated by Pilotfish yet: the inbound cluster keeps Istio's default connection pool",
+            );
+        }
+    }
+    if spec.inbound_connection_pool.is_some() {
+        n.behaviour(
+            "spec.inboundConnectionPool",
+            "not translated by Pilotfish yet: inbound clusters keep Istio's default connection pool",
+        );
     }
     n.list
 }

@@ -123,6 +123,7 @@ fn valid_documents_round_trip() {
             IstioResource::DestinationRule(o) => serde_json::to_value(o),
             IstioResource::ServiceEntry(o) => serde_json::to_value(o),
             IstioResource::PeerAuthentication(o) => serde_json::to_value(o),
+            IstioResource::Sidecar(o) => serde_json::to_value(o),
         }
         .unwrap();
         let mut original = normalize(&value);
@@ -451,9 +452,13 @@ fn value_paths(schema: &Value, value: &Value, path: &str, out: &mut BTreeSet<Str
 
 /// Coverage is per message type, not per place a message appears: a field of a shared
 /// message (string match, header operations, destination, DestinationRule's traffic policy
-/// at three levels) counts as used when it is used anywhere.
+/// at three levels, a Sidecar's connection pools) counts as used when it is used anywhere.
 fn fold_shared_messages(path: &str) -> String {
     let mut path = path.replace(".spec.subsets[].trafficPolicy", ".spec.trafficPolicy");
+    // A Sidecar's per-port connection pool is its `inboundConnectionPool` message.
+    if let Some(rest) = path.strip_prefix(".spec.ingress[].connectionPool") {
+        path = format!(".spec.inboundConnectionPool{rest}");
+    }
     for message in ["loadBalancer", "connectionPool", "outlierDetection", "tls"] {
         let from = format!(".spec.trafficPolicy.portLevelSettings[].{message}");
         if let Some(rest) = path.strip_prefix(&from) {

@@ -1,6 +1,6 @@
 //! Istio's validation rules as a table (`tests/data/istio-rules.yaml`): every rule Istio
-//! 1.30.3 applies to VirtualServices, DestinationRules, ServiceEntries and
-//! PeerAuthentications — the webhook's
+//! 1.30.3 applies to VirtualServices, DestinationRules, ServiceEntries,
+//! PeerAuthentications and Sidecars — the webhook's
 //! and the CRD schema's — is a case citing that rule, with Istio's verdict as the expected
 //! value. Each case runs through Pilotfish's validator for its kind, alone (as Istio judges
 //! it), and must get the same verdict, naming the cited field.
@@ -8,12 +8,12 @@
 use std::path::Path;
 
 use pilotfish_mesh::api::{
-    DestinationRule, IstioResource, PeerAuthentication, ServiceEntry, VirtualService,
+    DestinationRule, IstioResource, PeerAuthentication, ServiceEntry, Sidecar, VirtualService,
 };
 use pilotfish_mesh::config::{ConfigError, Severity};
 use pilotfish_mesh::push_context::{
     validate_destination_rule, validate_peer_authentication, validate_service_entry,
-    validate_virtual_service,
+    validate_sidecar, validate_virtual_service,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -87,6 +87,7 @@ fn findings(case: &Case) -> Vec<ConfigError> {
         IstioResource::PeerAuthentication(pa) => {
             validate_peer_authentication(&PeerAuthentication::clone(&pa)).findings
         }
+        IstioResource::Sidecar(sc) => validate_sidecar(&Sidecar::clone(&sc)).findings,
     }
 }
 

@@ -20,7 +20,7 @@
 //!   from them before stays in use. Nothing in the folder can end the scan.
 //! - Documents of kinds Pilotfish does not read are skipped; each such kind is reported
 //!   once (log, and `pilotfish_source_ignored_objects{kind}`), the Istio kinds it does not
-//!   support yet (Gateway, Sidecar, AuthorizationPolicy, ...) as warnings.
+//!   support yet (Gateway, AuthorizationPolicy, ...) as warnings.
 //! - A file whose size and times are unchanged is not read again, so a rescan of a quiet
 //!   folder reads nothing ([`watch`] also drops the events the source's own reads cause).
 //! - A removed file removes its objects.

@@ -114,6 +114,9 @@ struct BenchArgs {
     /// The server's debounce quiet period (`--debounce-after`).
     #[arg(long, default_value = "100ms")]
     debounce: String,
+    /// Scope every sidecar with a Sidecar per namespace importing `./*` and `istio-system/*`.
+    #[arg(long)]
+    sidecar_per_namespace: bool,
 }
 
 #[derive(Args)]
@@ -165,6 +168,7 @@ async fn main() -> Result<()> {
                 work_dir: args.work_dir,
                 null_server: !args.no_null,
                 debounce: args.debounce,
+                sidecar_per_namespace: args.sidecar_per_namespace,
             })
             .await
         }

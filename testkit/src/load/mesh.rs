@@ -187,6 +187,25 @@ fn pod_json(
 
 /// Writes JSON documents (JSON is YAML) as one multi-document file, atomically: the
 /// folder source never reads a half-written file.
+/// Writes one Sidecar per namespace of `mesh` importing `./*` and `istio-system/*` (the
+/// scoping Istio's load tests use), into `sidecars.yaml`.
+pub fn write_namespace_sidecars(mesh: &BenchMesh) -> Result<()> {
+    let namespaces: std::collections::BTreeSet<&str> =
+        mesh.sidecars.iter().map(|s| s.namespace.as_str()).collect();
+    let docs: Vec<Value> = namespaces
+        .into_iter()
+        .map(|ns| {
+            json!({
+                "apiVersion": "networking.istio.io/v1",
+                "kind": "Sidecar",
+                "metadata": {"name": "default", "namespace": ns},
+                "spec": {"egress": [{"hosts": ["./*", "istio-system/*"]}]},
+            })
+        })
+        .collect();
+    write_docs(&mesh.dir.join("sidecars.yaml"), &docs)
+}
+
 fn write_docs(path: &Path, docs: &[Value]) -> Result<()> {
     let mut text = String::new();
     for doc in docs {

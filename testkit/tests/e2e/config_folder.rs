@@ -1,5 +1,5 @@
 //! A config folder as users write one, served by standalone `pilotfish-xds`: Istio's
-//! sample layout (a Gateway and its VirtualService in one file) beside Sidecars and
+//! sample layout (a Gateway and its VirtualService in one file) beside a Sidecar and
 //! security policies — every supported object served, each unsupported kind counted, none
 //! blocking the rest — and a quiet folder that costs nothing (no reads, no rebuilds).
 //!
@@ -132,25 +132,36 @@ fn a_mixed_folder_is_served_and_a_quiet_folder_costs_nothing() {
         Some(36),
         "{snapshot}"
     );
-    // PeerAuthentication is read (the policies file's mesh-wide STRICT), not ignored.
+    // PeerAuthentication and Sidecar are read (the policies file's mesh-wide STRICT and
+    // bookinfo's Sidecar), not ignored.
     assert_eq!(
         snapshot["peer_authentications"],
         serde_json::json!(["istio-system/default"]),
         "{snapshot}"
     );
     assert_eq!(
-        server
-            .metric(
-                "pilotfish_source_ignored_objects",
-                "kind=\"security.istio.io/v1/PeerAuthentication\""
-            )
-            .unwrap_or(0.0),
-        0.0
+        snapshot["sidecars"],
+        serde_json::json!(["bookinfo/default"]),
+        "{snapshot}"
     );
+    for kind in [
+        "security.istio.io/v1/PeerAuthentication",
+        "networking.istio.io/v1/Sidecar",
+    ] {
+        assert_eq!(
+            server
+                .metric(
+                    "pilotfish_source_ignored_objects",
+                    &format!("kind=\"{kind}\"")
+                )
+                .unwrap_or(0.0),
+            0.0,
+            "{kind}"
+        );
+    }
     // Each unsupported kind is counted; nothing failed to parse.
     for (kind, n) in [
         ("networking.istio.io/v1/Gateway", 2.0),
-        ("networking.istio.io/v1/Sidecar", 1.0),
         ("security.istio.io/v1/AuthorizationPolicy", 1.0),
     ] {
         let found = server

@@ -62,6 +62,7 @@ async fn the_istio_crds_and_corpus_apply_with_kubectl() {
         "virtualservices.networking.istio.io",
         "destinationrules.networking.istio.io",
         "serviceentries.networking.istio.io",
+        "sidecars.networking.istio.io",
         "peerauthentications.security.istio.io",
     ] {
         cluster
@@ -103,6 +104,7 @@ async fn the_istio_crds_and_corpus_apply_with_kubectl() {
         "virtualservices",
         "destinationrules",
         "serviceentries",
+        "sidecars",
         "peerauthentications",
     ]
     .into_iter()

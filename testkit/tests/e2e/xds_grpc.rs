@@ -198,3 +198,86 @@ fn routes_through_standalone_mode(runtime: ClientRuntime) {
         "{push_status}"
     );
 }
+
+/// Sidecar scoping with gRPC's own xDS client: a proxyless client in a namespace whose
+/// Sidecar does not import `reviews` gets no listener for it (the RPCs fail, nothing
+/// reaches a backend), one in a namespace whose Sidecar imports `default/*` reaches it;
+/// editing the first Sidecar to import `default/*` makes `reviews` reachable there too.
+#[test]
+fn a_sidecar_decides_what_a_proxyless_client_can_reach() {
+    let (_backends, ports) = reviews_backends();
+    let dir = tempfile::tempdir().unwrap();
+    write_reviews_mesh(dir.path(), &ports, (100, 0));
+    let sidecars = |hidden_hosts: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {{name: default, namespace: hidden}}
+spec:
+  egress: [{{hosts: [{hidden_hosts}]}}]
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {{name: default, namespace: importer}}
+spec:
+  egress: [{{hosts: [\"./*\", \"default/*\"]}}]
+"
+        )
+    };
+    std::fs::write(dir.path().join("sidecars.yaml"), sidecars("\"./*\"")).unwrap();
+    let server = XdsServer::standalone("xds-sidecar", dir.path()).expect("start pilotfish-xds");
+    let client_in = |ns: &str| {
+        let node = format!("sidecar~127.0.0.1~client.{ns}~{ns}.svc.cluster.local");
+        XdsClient::start(&bootstrap(&server.xds.to_string(), &node, ns))
+            .expect("start the gRPC xDS client")
+    };
+    let target = reviews_target();
+
+    let mut importer = client_in("importer");
+    let reached = importer.rpcs(&target, 20, &[]).unwrap();
+    assert_eq!(
+        reached.counts.get("reviews-v1"),
+        Some(&20),
+        "a Sidecar importing default/* reaches reviews: {reached:?}"
+    );
+
+    // gRPC reports the listener as not existing (UNAVAILABLE) once its does-not-exist
+    // timer has run; from then on every RPC fails at once, and none reaches a backend.
+    let mut hidden = client_in("hidden");
+    let refused = hidden
+        .until(&target, "UNAVAILABLE", &[], Duration::from_secs(40))
+        .unwrap();
+    assert!(refused.ok, "{refused:?}");
+    let refused = hidden.rpcs(&target, 5, &[]).unwrap();
+    assert_eq!(
+        refused.errors.get("UNAVAILABLE"),
+        Some(&5),
+        "a Sidecar importing only its own namespace must not reach reviews: {refused:?}"
+    );
+    let listeners = server
+        .admin_json(
+            "/debug/config_dump?proxyID=sidecar~127.0.0.1~client.hidden~hidden.svc.cluster.local",
+        )
+        .unwrap()
+        .to_string();
+    assert!(
+        !listeners.contains("reviews.default.svc.cluster.local"),
+        "no listener, route or cluster names reviews for the hidden namespace"
+    );
+
+    // Importing default/* into the hidden namespace makes reviews reachable there.
+    std::fs::write(
+        dir.path().join("sidecars.yaml"),
+        sidecars("\"./*\", \"default/*\""),
+    )
+    .unwrap();
+    let until = hidden
+        .until(&target, "reviews-v1", &[], Duration::from_secs(30))
+        .unwrap();
+    assert!(until.ok, "reviews never became reachable: {until:?}");
+    assert_eq!(
+        server.nacks().unwrap(),
+        vec![],
+        "the gRPC client NACKed a response"
+    );
+}

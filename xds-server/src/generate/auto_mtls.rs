@@ -191,7 +191,8 @@ endpoints:
             namespace: "shop".into(),
             ..Proxy::with_defaults("p")
         };
-        let plan = outbound_plan(&push, &proxy, Flavor::Sidecar, &mut Vec::new());
+        let sidecar = std::sync::Arc::new(push.sidecar_scope(None, "shop"));
+        let plan = outbound_plan(&push, &proxy, sidecar, Flavor::Sidecar, &mut Vec::new());
         let web = plan
             .clusters
             .iter()

@@ -39,15 +39,21 @@ use pilotfish_mesh::model::{Protocol, Resolution, ServiceOrigin, TargetPort};
 use pilotfish_mesh::push_context::PushContext;
 
 use super::auto_mtls::{self, AutoMtls, socket_matches};
+use super::eds::socket_address;
 use super::eds::{cluster_endpoints, dns_load_assignment};
 use super::findings::{Downgrade, Finding};
 use super::identities::{service_accounts, with_default_sans};
 use super::names;
 use super::plan::{ClusterPlan, Discovery, OutboundPlan};
-use super::scope::{Flavor, InboundPort};
+use super::scope::{Flavor, InboundEndpoint, InboundPort};
 use super::tls::{auto_sni_and_san, transport_socket};
 use super::upstream::{apply_connection_options, slow_start_lb_config};
 use super::util::{ads_config_source, any, api_duration, duration, u32_value};
+use envoy_types::pb::envoy::config::core::v3::{Address, Pipe, address};
+use envoy_types::pb::envoy::config::endpoint::v3::{
+    ClusterLoadAssignment, Endpoint as EnvoyEndpoint, LbEndpoint, LocalityLbEndpoints,
+    lb_endpoint::HostIdentifier,
+};
 
 /// The key Envoy reads upstream HTTP options under.
 pub const HTTP_PROTOCOL_OPTIONS: &str = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
@@ -579,6 +585,45 @@ fn passthrough_cluster(name: &str, connect_timeout: std::time::Duration, inbound
     }
 }
 
+/// An inbound cluster to a Sidecar ingress listener's `defaultEndpoint` (Istio's
+/// `buildInboundCluster` with an endpoint address): `STATIC`, one endpoint.
+fn static_inbound_cluster(
+    name: &str,
+    endpoint: &InboundEndpoint,
+    connect_timeout: std::time::Duration,
+) -> Cluster {
+    let address = match endpoint {
+        InboundEndpoint::Socket { address, port } => socket_address(address, *port),
+        InboundEndpoint::Pipe(path) => Address {
+            address: Some(address::Address::Pipe(Pipe {
+                path: path.clone(),
+                ..Default::default()
+            })),
+        },
+    };
+    Cluster {
+        name: name.to_string(),
+        cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32)),
+        connect_timeout: duration(connect_timeout),
+        circuit_breakers: Some(circuit_breakers(None, Flavor::Sidecar)),
+        load_assignment: Some(ClusterLoadAssignment {
+            cluster_name: name.to_string(),
+            endpoints: vec![LocalityLbEndpoints {
+                lb_endpoints: vec![LbEndpoint {
+                    host_identifier: Some(HostIdentifier::Endpoint(EnvoyEndpoint {
+                        address: Some(address),
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 fn inbound_bind_config() -> BindConfig {
     BindConfig {
         source_address: Some(SocketAddress {
@@ -599,8 +644,11 @@ pub fn inbound_clusters(
     ports
         .iter()
         .map(|p| {
-            let mut cluster =
-                passthrough_cluster(&names::inbound_cluster(p.port), connect_timeout, true);
+            let name = names::inbound_cluster(p.port);
+            let mut cluster = match &p.endpoint {
+                None => passthrough_cluster(&name, connect_timeout, true),
+                Some(endpoint) => static_inbound_cluster(&name, endpoint, connect_timeout),
+            };
             cluster.typed_extension_protocol_options.clear();
             if p.protocol.is_http2() {
                 cluster.typed_extension_protocol_options.insert(

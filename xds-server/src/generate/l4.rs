@@ -82,7 +82,9 @@ pub fn l4_chains(
         plan,
         port,
     };
-    let vs = push.virtual_service_for_host(&c.service.hostname, &proxy.namespace);
+    let vs = plan
+        .sidecar
+        .virtual_service_for_host(push, &c.service.hostname);
     let own = || {
         let mut tcp = tcp_proxy(
             &c.name,

@@ -65,11 +65,22 @@ pub use super::l4::TCP_PROXY_FILTER;
 /// Envoy's gRPC-Web to gRPC translation, which Istio puts on `grpc-web` ports.
 pub const GRPC_WEB_FILTER: &str = "envoy.filters.http.grpc_web";
 
-/// The cluster unknown outbound traffic goes to.
-pub fn unknown_destination_cluster(push: &PushContext) -> &'static str {
-    match push.mesh().outbound_traffic_policy {
-        OutboundTrafficPolicy::AllowAny => names::PASSTHROUGH_CLUSTER,
-        OutboundTrafficPolicy::RegistryOnly => names::BLACKHOLE_CLUSTER,
+/// The cluster unknown outbound traffic goes to, per the scope's `outboundTrafficPolicy`
+/// (the Sidecar's, else the mesh's): `PassthroughCluster`, the Sidecar's `egressProxy`
+/// (named as Istio's `GetDestinationCluster` names it: its port, or 0), or
+/// `BlackHoleCluster`.
+pub fn unknown_destination_cluster(plan: &OutboundPlan) -> String {
+    let policy = &plan.sidecar.outbound;
+    match policy.mode {
+        OutboundTrafficPolicy::AllowAny => match &policy.egress_proxy {
+            Some(d) => names::outbound_cluster(
+                d.port.as_ref().map_or(0, |p| p.number),
+                d.subset.as_deref().unwrap_or(""),
+                &d.host,
+            ),
+            None => names::PASSTHROUGH_CLUSTER.to_string(),
+        },
+        OutboundTrafficPolicy::RegistryOnly => names::BLACKHOLE_CLUSTER.to_string(),
     }
 }
 
@@ -85,7 +96,8 @@ pub fn sidecar_outbound_listeners(
     reused: &dyn Fn(&str) -> bool,
     findings: &mut Vec<Finding>,
 ) -> Vec<Listener> {
-    let unknown = unknown_destination_cluster(push);
+    let unknown = unknown_destination_cluster(plan);
+    let unknown = unknown.as_str();
     let mut out = vec![Listener {
         name: names::VIRTUAL_OUTBOUND.to_string(),
         address: Some(socket_address("0.0.0.0", names::VIRTUAL_OUTBOUND_PORT)),

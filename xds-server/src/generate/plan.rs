@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use pilotfish_mesh::api::{Labels, SimpleLb};
 use pilotfish_mesh::model::{Protocol, Proxy, Resolution, Service, ServiceOrigin, ServicePort};
+use pilotfish_mesh::push_context::sidecar::SidecarScope;
 use pilotfish_mesh::push_context::{EffectiveDestinationRule, PushContext};
 
 use super::findings::{Downgrade, Finding};
@@ -49,11 +50,13 @@ pub struct ClusterPlan {
     pub discovery: Discovery,
 }
 
-/// Every outbound cluster of one scope, sorted by name.
+/// Every outbound cluster of one scope, sorted by name, and the sidecar scope (Sidecar
+/// imports and outbound policy) every planned part reads.
 #[derive(Debug, Default)]
 pub struct OutboundPlan {
     pub clusters: Vec<ClusterPlan>,
     by_name: HashMap<String, usize>,
+    pub sidecar: Arc<SidecarScope>,
 }
 
 impl OutboundPlan {
@@ -65,7 +68,7 @@ impl OutboundPlan {
         self.by_name.contains_key(name)
     }
 
-    fn from_clusters(mut clusters: Vec<ClusterPlan>) -> OutboundPlan {
+    fn from_clusters(mut clusters: Vec<ClusterPlan>, sidecar: Arc<SidecarScope>) -> OutboundPlan {
         clusters.sort_by(|a, b| a.name.cmp(&b.name));
         // A name can only repeat when two subsets share a name, which the builder rejects;
         // keep the first rather than ever sending one name twice.
@@ -75,20 +78,26 @@ impl OutboundPlan {
             .enumerate()
             .map(|(i, c)| (c.name.clone(), i))
             .collect();
-        OutboundPlan { clusters, by_name }
+        OutboundPlan {
+            clusters,
+            by_name,
+            sidecar,
+        }
     }
 }
 
-/// The plan for `proxy` (whose scope the result is shared by); services a proxyless
-/// client cannot use are noted in `findings`.
+/// The plan for `proxy` (whose scope the result is shared by) under its sidecar scope
+/// `sidecar`: the services that scope imports; services a proxyless client cannot use
+/// are noted in `findings`.
 pub fn outbound_plan(
     push: &PushContext,
     proxy: &Proxy,
+    sidecar: Arc<SidecarScope>,
     flavor: Flavor,
     findings: &mut Vec<Finding>,
 ) -> OutboundPlan {
     let mut clusters = Vec::new();
-    for service in push.services_visible_to(&proxy.namespace) {
+    for service in sidecar.services(push) {
         let rule = push.destination_rule(proxy, &service.hostname, Some(&service.namespace));
         for port in &service.ports {
             // UDP is not proxied by sidecars (Istio skips it too).
@@ -128,7 +137,7 @@ pub fn outbound_plan(
             }
         }
     }
-    OutboundPlan::from_clusters(clusters)
+    OutboundPlan::from_clusters(clusters, sidecar)
 }
 
 /// How a sidecar reaches the whole-service clusters of one outbound port.
@@ -306,7 +315,14 @@ spec:
             namespace: "shop".into(),
             ..Proxy::with_defaults("p")
         };
-        outbound_plan(&built.context, &proxy, Flavor::Sidecar, &mut Vec::new())
+        let sidecar = Arc::new(built.context.sidecar_scope(None, "shop"));
+        outbound_plan(
+            &built.context,
+            &proxy,
+            sidecar,
+            Flavor::Sidecar,
+            &mut Vec::new(),
+        )
     }
 
     fn layout(plan: &OutboundPlan) -> (Vec<(String, Vec<String>)>, Vec<String>) {

@@ -27,6 +27,7 @@ use pilotfish_mesh::model::{Proxy, Service};
 use pilotfish_mesh::push_context::{PushContext, VirtualServiceConfig};
 
 use super::findings::Finding;
+use super::lds::unknown_destination_cluster;
 use super::names;
 use super::plan::{ClusterPlan, OutboundPlan, outbound_ports};
 use super::route::{RouteEnv, catch_all_route, default_route, http_route};
@@ -43,7 +44,7 @@ pub fn sidecar_route_configs(
     reused: &dyn Fn(&str) -> bool,
     findings: &mut Vec<Finding>,
 ) -> Vec<RouteConfiguration> {
-    let vs_only_hosts = virtual_service_only_hosts(push, proxy);
+    let vs_only_hosts = virtual_service_only_hosts(push, plan);
     let mut out = Vec::new();
     for (port, services) in outbound_ports(plan) {
         if !services.has_http() {
@@ -67,7 +68,7 @@ pub fn sidecar_route_configs(
             let mut vhosts = Vec::new();
             let mut claimed = HashSet::new();
             push_service_vhost(&env, c, &mut vhosts, &mut claimed, findings);
-            vhosts.push(fallback_vhost(push));
+            vhosts.push(fallback_vhost(plan));
             out.push(route_configuration(name, vhosts));
         }
         let mut claimed = HashSet::new();
@@ -87,7 +88,7 @@ pub fn sidecar_route_configs(
                 findings,
             );
         }
-        vhosts.push(fallback_vhost(push));
+        vhosts.push(fallback_vhost(plan));
         out.push(route_configuration(names::sidecar_route(port), vhosts));
     }
     out
@@ -129,15 +130,17 @@ fn push_service_vhost(
     );
 }
 
-/// What a request no virtual host claims gets, per the mesh's `outboundTrafficPolicy`.
-fn fallback_vhost(push: &PushContext) -> VirtualHost {
-    match push.mesh().outbound_traffic_policy {
+/// What a request no virtual host claims gets, per the scope's `outboundTrafficPolicy`
+/// (the Sidecar's, else the mesh's): `ALLOW_ANY` passes it through (or to the Sidecar's
+/// `egressProxy`), `REGISTRY_ONLY` answers 502.
+fn fallback_vhost(plan: &OutboundPlan) -> VirtualHost {
+    match plan.sidecar.outbound.mode {
         OutboundTrafficPolicy::AllowAny => VirtualHost {
             name: "allow_any".to_string(),
             domains: vec!["*".to_string()],
             routes: vec![catch_all_route(
                 "allow_any",
-                Some(names::PASSTHROUGH_CLUSTER),
+                Some(&unknown_destination_cluster(plan)),
                 0,
             )],
             ..Default::default()
@@ -199,8 +202,9 @@ fn service_routes(
     findings: &mut Vec<Finding>,
 ) -> Vec<Route> {
     match env
-        .push
-        .virtual_service_for_host(&service.hostname, &env.proxy.namespace)
+        .plan
+        .sidecar
+        .virtual_service_for_host(env.push, &service.hostname)
         .filter(|vs| !vs.spec.http.is_empty())
     {
         Some(vs) => http_routes(env, &vs.spec.http, flavor, findings),
@@ -233,18 +237,19 @@ fn http_routes(
 /// only a VirtualService gives), with the VirtualService that routes each.
 fn virtual_service_only_hosts<'a>(
     push: &'a PushContext,
-    proxy: &Proxy,
+    plan: &OutboundPlan,
 ) -> Vec<(String, &'a VirtualServiceConfig)> {
+    let sidecar = &plan.sidecar;
     let mut out: BTreeMap<String, &VirtualServiceConfig> = BTreeMap::new();
-    for vs in push.virtual_services_for(&proxy.namespace) {
+    for vs in sidecar.virtual_services(push) {
         if vs.spec.http.is_empty() {
             continue;
         }
         for host in &vs.spec.hosts {
-            if out.contains_key(host) || push.service_for(host, &proxy.namespace).is_some() {
+            if out.contains_key(host) || sidecar.service_for(push, host).is_some() {
                 continue;
             }
-            if let Some(chosen) = push.virtual_service_for_host(host, &proxy.namespace) {
+            if let Some(chosen) = sidecar.virtual_service_for_host(push, host) {
                 out.insert(host.clone(), chosen);
             }
         }

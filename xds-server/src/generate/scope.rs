@@ -6,7 +6,9 @@
 //! through what they select: the workload-selector DestinationRules and the distinct
 //! `sourceLabels` selectors that match them, the proxy's own inbound ports and their
 //! mutual TLS mode (PeerAuthentication) and, where locality-aware load balancing is
-//! configured, its locality. [`ScopeIndex`] precomputes
+//! configured, its locality; and the Sidecar that applies to it (an index into the
+//! snapshot's Sidecars: with the namespace it determines the whole sidecar scope, so
+//! proxies under one Sidecar share its parts). [`ScopeIndex`] precomputes
 //! those selectors once per snapshot so a scope costs a few label comparisons.
 //!
 //! **Client input is classed, not kept.** A proxy claims its namespace, locality and
@@ -25,12 +27,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use pilotfish_mesh::api::{Labels, LoadBalancerSettings, TrafficPolicy};
+use pilotfish_mesh::api::{IstioIngressListener, Labels, LoadBalancerSettings, TrafficPolicy};
 use pilotfish_mesh::model::{
     Locality, Protocol, Proxy, ProxyGenerator, Service, TargetPort, labels_match,
 };
 use pilotfish_mesh::push_context::{
-    EffectiveMtls, PeerAuthenticationConfig, PushContext, peer_authn,
+    EffectiveMtls, PeerAuthenticationConfig, PushContext, SidecarConfig, peer_authn,
+    sidecar::select_sidecar,
 };
 
 /// The two families of output.
@@ -58,11 +61,24 @@ impl Flavor {
     }
 }
 
-/// A port the proxy's own workload serves (a target port of a service selecting it).
+/// A port the proxy's own workload serves (a target port of a service selecting it, or a
+/// port of its Sidecar's ingress listeners).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct InboundPort {
     pub port: u32,
     pub protocol: Protocol,
+    /// Where the inbound cluster sends the traffic (a Sidecar ingress listener's
+    /// `defaultEndpoint`); `None`: to the original destination.
+    pub endpoint: Option<InboundEndpoint>,
+}
+
+/// A Sidecar ingress listener's `defaultEndpoint`, resolved for one proxy (Istio's
+/// `buildInboundClustersFromSidecar`): `127.0.0.1`/`[::1]` are the loopback, `0.0.0.0`/`[::]`
+/// the proxy's own IPv4/IPv6 address (the loopback when it has none), `unix://` a socket.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum InboundEndpoint {
+    Socket { address: String, port: u32 },
+    Pipe(String),
 }
 
 /// Everything besides the snapshot that a part's content depends on. Parts keep only the
@@ -71,6 +87,9 @@ pub struct InboundPort {
 pub struct Scope {
     pub flavor: Option<Flavor>,
     pub namespace: String,
+    /// The Sidecar that applies to the proxy (an index into the snapshot's Sidecars,
+    /// `PushContext::sidecar_for`), `None` without one.
+    pub sidecar: Option<usize>,
     /// Indexes (into [`ScopeIndex`]) of the workload-selector DestinationRules that select
     /// the proxy.
     pub dr_selectors: Vec<usize>,
@@ -118,16 +137,19 @@ impl Scope {
             }
             Part::OutboundClusters => {
                 s.namespace = self.namespace.clone();
+                s.sidecar = self.sidecar;
                 s.dr_selectors = self.dr_selectors.clone();
             }
             Part::Endpoints => {
                 s.namespace = self.namespace.clone();
+                s.sidecar = self.sidecar;
                 s.dr_selectors = self.dr_selectors.clone();
                 s.locality = self.locality.clone();
                 s.failover_labels = self.failover_labels.clone();
             }
             Part::OutboundListeners | Part::Routes => {
                 s.namespace = self.namespace.clone();
+                s.sidecar = self.sidecar;
                 s.dr_selectors = self.dr_selectors.clone();
                 s.source_selectors = self.source_selectors.clone();
             }
@@ -171,6 +193,8 @@ pub struct ScopeIndex {
     root_namespace: String,
     /// PeerAuthentications by namespace.
     peer_authentications: HashMap<String, Vec<Arc<PeerAuthenticationConfig>>>,
+    /// The snapshot's Sidecars, in its order (scopes hold indexes into it).
+    sidecars: Vec<Arc<SidecarConfig>>,
 }
 
 impl ScopeIndex {
@@ -178,6 +202,7 @@ impl ScopeIndex {
         let mut index = ScopeIndex {
             root_namespace: push.mesh().root_namespace.clone(),
             named_namespaces: named_namespaces(push),
+            sidecars: push.sidecars().to_vec(),
             ..ScopeIndex::default()
         };
         for dr in push.destination_rules() {
@@ -384,13 +409,26 @@ impl ScopeIndex {
                 (k.clone(), value.cloned())
             })
             .collect();
+        let sidecar = select_sidecar(
+            &self.sidecars,
+            &self.root_namespace,
+            &proxy.namespace,
+            &proxy.labels,
+        );
         let (inbound, inbound_mtls) = match flavor {
-            Flavor::Sidecar => (self.inbound_ports(proxy), Some(self.mtls(proxy))),
+            Flavor::Sidecar => {
+                let ports = match sidecar.map(|i| &self.sidecars[i].spec.ingress) {
+                    Some(ingress) if !ingress.is_empty() => ingress_ports(ingress, proxy),
+                    _ => self.inbound_ports(proxy),
+                };
+                (ports, Some(self.mtls(proxy)))
+            }
             Flavor::Proxyless => (Vec::new(), None),
         };
         Scope {
             flavor: Some(flavor),
             namespace: self.namespace_class(&proxy.namespace),
+            sidecar,
             dr_selectors,
             source_selectors,
             locality,
@@ -458,7 +496,11 @@ impl ScopeIndex {
         }
         ports
             .into_iter()
-            .map(|(port, protocol)| InboundPort { port, protocol })
+            .map(|(port, protocol)| InboundPort {
+                port,
+                protocol,
+                endpoint: None,
+            })
             .collect()
     }
 }
@@ -506,6 +548,59 @@ fn named_namespaces(push: &PushContext) -> HashSet<String> {
         out.insert(pa.meta.namespace.clone());
     }
     out
+}
+
+/// The inbound ports of a workload whose Sidecar has ingress listeners: exactly those
+/// listeners' ports (Istio does not merge them with the Services' ports by default), with
+/// their protocols and default endpoints. A port listed twice keeps its first listener.
+fn ingress_ports(ingress: &[IstioIngressListener], proxy: &Proxy) -> Vec<InboundPort> {
+    let mut out: BTreeMap<u32, InboundPort> = BTreeMap::new();
+    for listener in ingress {
+        let port = listener.port.number;
+        let protocol = listener
+            .port
+            .protocol
+            .as_deref()
+            .and_then(Protocol::from_istio_name)
+            .unwrap_or(Protocol::Unsupported);
+        let endpoint = listener
+            .default_endpoint
+            .as_deref()
+            .filter(|e| !e.is_empty())
+            .and_then(|e| default_endpoint(e, proxy));
+        out.entry(port).or_insert(InboundPort {
+            port,
+            protocol,
+            endpoint,
+        });
+    }
+    out.into_values().collect()
+}
+
+/// Resolves a validated `defaultEndpoint` for `proxy`.
+fn default_endpoint(endpoint: &str, proxy: &Proxy) -> Option<InboundEndpoint> {
+    if endpoint.starts_with("unix://") {
+        return Some(InboundEndpoint::Pipe(
+            endpoint.trim_start_matches("unix://").to_string(),
+        ));
+    }
+    let (host, port) = endpoint.rsplit_once(':')?;
+    let port: u32 = port.parse().ok()?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let own = |v4: bool| {
+        proxy
+            .ips
+            .iter()
+            .find(|ip| ip.is_ipv4() == v4)
+            .map(|ip| ip.to_string())
+    };
+    let address = match host {
+        "0.0.0.0" => own(true).unwrap_or_else(|| "127.0.0.1".to_string()),
+        "::" => own(false).unwrap_or_else(|| "::1".to_string()),
+        "::1" => "::1".to_string(),
+        _ => "127.0.0.1".to_string(),
+    };
+    Some(InboundEndpoint::Socket { address, port })
 }
 
 #[cfg(test)]
@@ -634,7 +729,8 @@ spec:
             web.inbound,
             [InboundPort {
                 port: 8080,
-                protocol: Protocol::Http
+                protocol: Protocol::Http,
+                endpoint: None,
             }],
             "target port, and no UDP"
         );

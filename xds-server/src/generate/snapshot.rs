@@ -398,6 +398,11 @@ impl GeneratedSnapshot {
         else {
             return lent;
         };
+        // Under a Sidecar the VirtualService a host gets depends on what the Sidecar
+        // imports, which a VirtualService edit can change: regenerate them all.
+        if plan.sidecar.sidecar.is_some() {
+            return lent;
+        }
         let namespace = &proxy.namespace;
         let same_routing = |host: &str| {
             let old_vs = previous.push.virtual_service_for_host(host, namespace);
@@ -512,9 +517,11 @@ impl GeneratedSnapshot {
             return plan;
         }
         let mut findings = Vec::new();
+        let sidecar = Arc::new(self.push.sidecar_scope(scope.sidecar, &scope.namespace));
         let plan = Arc::new(outbound_plan(
             &self.push,
             proxy,
+            sidecar,
             Flavor::of(proxy),
             &mut findings,
         ));

@@ -72,6 +72,14 @@ const CASES: &[(&str, Option<&str>, &str)] = &[
     ("auto-mtls", None, "client"),
     ("export-to", None, "client"),
     ("export-to-mesh-default", None, "client"),
+    ("sidecar-egress-hosts", None, "client"),
+    ("sidecar-import-nothing", None, "client"),
+    ("sidecar-precedence", None, "client"),
+    ("sidecar-root-default", None, "client"),
+    ("sidecar-egress-port", None, "client"),
+    ("sidecar-registry-only", None, "client"),
+    ("sidecar-egress-proxy", None, "client"),
+    ("sidecar-ingress", None, "client"),
 ];
 
 const TYPES: [(XdsType, &str); 4] = [

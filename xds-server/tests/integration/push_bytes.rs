@@ -836,3 +836,75 @@ fn with_edited_split(mut inputs: BuildInputs) -> BuildInputs {
     });
     inputs
 }
+
+/// The issue's like-for-like figure, per sidecar: the 1,000-service mesh with a Sidecar per
+/// namespace importing `./*` and `istio-system/*` (as Istio's load tests scope theirs),
+/// against the same mesh unscoped. A scoped sidecar's initial configuration is its own
+/// namespace's share (1/20 of the services here), so it must stay under a tenth of the
+/// unscoped one; and the scoped parts are shared per namespace (20 scopes for 2,000
+/// sidecars), so every sidecar of a namespace gets the same resources.
+#[test]
+fn a_sidecar_per_namespace_shrinks_each_sidecars_configuration() {
+    let unscoped_inputs = mesh(shape(1_000));
+    let mut scoped_inputs = unscoped_inputs.clone();
+    let namespaces: std::collections::BTreeSet<String> = unscoped_inputs
+        .pods
+        .iter()
+        .map(|p| p.namespace.clone())
+        .collect();
+    for ns in &namespaces {
+        let sidecar: pilotfish_mesh::api::Sidecar = serde_json::from_value(serde_json::json!({
+            "apiVersion": "networking.istio.io/v1",
+            "kind": "Sidecar",
+            "metadata": {"name": "default", "namespace": ns},
+            "spec": {"egress": [{"hosts": ["./*", "istio-system/*"]}]},
+        }))
+        .unwrap();
+        scoped_inputs.sidecars.push(Arc::new(sidecar));
+    }
+    let unscoped = GeneratedSnapshot::new(built(&unscoped_inputs), 1, ChangeKind::Full);
+    let scoped = GeneratedSnapshot::new(built(&scoped_inputs), 1, ChangeKind::Full);
+    let proxy = sidecar_of(&unscoped_inputs, 20);
+    let neighbour = sidecar_of(&unscoped_inputs, 40);
+    assert_eq!(proxy.namespace, neighbour.namespace, "same namespace");
+    let before = initial(&view(&unscoped, &proxy));
+    let after = initial(&view(&scoped, &proxy));
+    let total = |b: [usize; 4]| b.iter().sum::<usize>();
+    eprintln!(
+        "\ninitial configuration of one sidecar (SotW, KB, CDS/EDS/LDS/RDS): unscoped {} ({}/{}/{}/{}), a Sidecar per namespace {} ({}/{}/{}/{}); for 2,000 sidecars {} MB vs {} MB",
+        kb(total(before)),
+        kb(before[0]),
+        kb(before[1]),
+        kb(before[2]),
+        kb(before[3]),
+        kb(total(after)),
+        kb(after[0]),
+        kb(after[1]),
+        kb(after[2]),
+        kb(after[3]),
+        mb_total(total(before)),
+        mb_total(total(after)),
+    );
+    assert!(
+        total(after) * 10 < total(before),
+        "scoped {} KB is not under a tenth of unscoped {} KB",
+        kb(total(after)),
+        kb(total(before))
+    );
+    let clusters = scoped.all(&proxy, XdsType::Cluster);
+    assert!(
+        clusters
+            .keys()
+            .filter(|name| name.starts_with("outbound|"))
+            .all(|name| name.ends_with(&format!(".{}.svc.cluster.local", proxy.namespace))),
+        "only the own namespace's services: {:?}",
+        clusters.keys().collect::<Vec<_>>()
+    );
+    for kind in XdsType::ALL {
+        assert_eq!(
+            scoped.all(&proxy, kind),
+            scoped.all(&neighbour, kind),
+            "{kind:?}: one namespace, one scope"
+        );
+    }
+}

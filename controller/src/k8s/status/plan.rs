@@ -1,5 +1,5 @@
 //! What the status writer writes, decided without I/O: the `Reconciled` condition of
-//! VirtualServices, DestinationRules, ServiceEntries and PeerAuthentications, and the
+//! VirtualServices, DestinationRules, ServiceEntries, PeerAuthentications and Sidecars, and the
 //! Events that go with it.
 //!
 //! - [`desired`] turns the builder's findings about one object into the condition it
@@ -214,6 +214,9 @@ impl BuildReport {
         }
         for pa in &inputs.peer_authentications {
             add(ConfigKind::PeerAuthentication, &pa.metadata);
+        }
+        for sc in &inputs.sidecars {
+            add(ConfigKind::Sidecar, &sc.metadata);
         }
         out
     }

@@ -15,7 +15,7 @@ use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::{Recorder, Reporter};
 use pilotfish_mesh::api::{
-    DestinationRule, IstioStatus, PeerAuthentication, ServiceEntry, VirtualService,
+    DestinationRule, IstioStatus, PeerAuthentication, ServiceEntry, Sidecar, VirtualService,
 };
 use pilotfish_mesh::config::{ConfigKey, ConfigKind};
 use pilotfish_shared::retry::{Backoff, Retry};
@@ -39,6 +39,7 @@ fn api_resource(kind: ConfigKind) -> ApiResource {
         ConfigKind::DestinationRule => ApiResource::erase::<DestinationRule>(&()),
         ConfigKind::ServiceEntry => ApiResource::erase::<ServiceEntry>(&()),
         ConfigKind::PeerAuthentication => ApiResource::erase::<PeerAuthentication>(&()),
+        ConfigKind::Sidecar => ApiResource::erase::<Sidecar>(&()),
         _ => ApiResource::erase::<VirtualService>(&()),
     }
 }

@@ -235,7 +235,7 @@ fn outlier_detection(f: &mut Findings, path: &str, od: &OutlierDetection) {
     }
 }
 
-fn connection_pool(f: &mut Findings, path: &str, cp: &ConnectionPoolSettings) {
+pub(super) fn connection_pool(f: &mut Findings, path: &str, cp: &ConnectionPoolSettings) {
     if cp.http.is_none() && cp.tcp.is_none() {
         f.error(path, "a connection pool must set tcp, http or both");
         return;

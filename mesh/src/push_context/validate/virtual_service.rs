@@ -677,7 +677,7 @@ fn fault_injection(f: &mut Findings, path: &str, fault: &HttpFaultInjection) {
 
 /// A destination: a host other than `*` (wildcard domains allowed), a DNS-label subset,
 /// a port in range.
-fn destination(f: &mut Findings, path: &str, d: &Destination) {
+pub(super) fn destination(f: &mut Findings, path: &str, d: &Destination) {
     if d.host == "*" {
         f.error(
             format!("{path}.host"),

@@ -143,8 +143,9 @@ pub fn destination_cluster(env: &RouteEnv<'_>, dest: &Destination) -> Result<Str
     let port = match &dest.port {
         Some(p) => p.number,
         None => env
-            .push
-            .service_for(&dest.host, &env.proxy.namespace)
+            .plan
+            .sidecar
+            .service_for(env.push, &dest.host)
             .and_then(|s| (s.ports.len() == 1).then(|| s.ports[0].port))
             .unwrap_or(env.port),
     };

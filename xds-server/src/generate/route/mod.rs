@@ -451,7 +451,8 @@ spec: {host: b, trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: 
             namespace: "shop".into(),
             ..Proxy::with_defaults("sidecar~10.0.0.1~c.shop~shop.svc.cluster.local")
         };
-        let plan = outbound_plan(&push, &proxy, Flavor::Sidecar, &mut Vec::new());
+        let sidecar = std::sync::Arc::new(push.sidecar_scope(None, &proxy.namespace));
+        let plan = outbound_plan(&push, &proxy, sidecar, Flavor::Sidecar, &mut Vec::new());
         (push, proxy, plan)
     }
 

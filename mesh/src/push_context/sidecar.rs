@@ -1,0 +1,846 @@
+//! The sidecar scope of a proxy (Istio's `SidecarScope`, pilot/pkg/model/sidecar.go at
+//! 1.30.3): which Sidecar applies to it ([`PushContext::sidecar_for`]) and what that
+//! Sidecar lets it see ([`PushContext::sidecar_scope`]) — the services and VirtualServices
+//! its egress listeners import, trimmed to the listeners' ports, and its outbound traffic
+//! policy. The generators ask the scope instead of the whole snapshot; without a Sidecar
+//! the scope is the namespace's whole visible mesh, exactly what they saw before.
+//!
+//! Precedence (Istio's `getSidecarScope`): in the proxy's namespace, a Sidecar whose
+//! `workloadSelector` matches the proxy's labels (oldest first), else the namespace's
+//! Sidecar without a selector (oldest), else the root namespace's Sidecar without a
+//! selector (the mesh default, read with the proxy's namespace as `.`), else none.
+//!
+//! Imports (Istio's `convertIstioListenerToWrapper`, `selectServices`,
+//! `SelectVirtualServices`, `collectImportedServices`): `ns/host` imports the host from
+//! `ns` (`.` the config namespace, `*` any, `~` none: a namespace no service lives in),
+//! with a wildcard `host` matching hosts it covers. Of the services visible to the
+//! namespace, each listener takes those its hosts match (a listener with a port keeps only
+//! that port of each, and a service without it is not imported), one per host name (the
+//! config namespace's, else a Kubernetes service, else the first); the VirtualServices it
+//! takes are those one of whose hosts matches an import either way (Istio's legacy
+//! bidirectional match for VirtualServices not generated from Gateway API), and the
+//! destinations of those VirtualServices are imported too (the config namespace's service
+//! of that host, else a visible Kubernetes one, else the oldest), on the destination
+//! ports (or the listener's port). Services imported by several listeners are merged as
+//! Istio merges them (same namespace and origin: ports added; a Kubernetes service beats
+//! a ServiceEntry of the same host).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use super::{PushContext, SidecarConfig, VirtualServiceConfig, config_age_order};
+use crate::api::{Destination, IstioEgressListener, OutboundTrafficPolicyMode, VirtualServiceSpec};
+use crate::mesh_config::OutboundTrafficPolicy;
+use crate::model::{Service, ServiceOrigin, labels_match};
+
+/// What a proxy's outbound traffic to hosts the registry does not know does.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OutboundPolicy {
+    pub mode: OutboundTrafficPolicy,
+    /// `ALLOW_ANY` traffic to unknown hosts goes to this destination instead of the
+    /// original destination (Sidecar `egressProxy`).
+    pub egress_proxy: Option<Destination>,
+}
+
+/// The imports of a Sidecar, for one config namespace.
+#[derive(Debug)]
+struct Imports {
+    /// One per host name, sorted by host name (ports trimmed to what is imported).
+    services: Vec<Arc<Service>>,
+    by_host: HashMap<String, usize>,
+    /// (namespace, name) of the imported VirtualServices.
+    virtual_services: HashSet<(String, String)>,
+}
+
+/// What a proxy sees of the mesh (see the module documentation).
+#[derive(Debug, Default)]
+pub struct SidecarScope {
+    /// The proxy's (config) namespace.
+    pub namespace: String,
+    /// The Sidecar that applies, `None` without one.
+    pub sidecar: Option<Arc<SidecarConfig>>,
+    /// `None`: no Sidecar, everything visible to the namespace.
+    imports: Option<Imports>,
+    pub outbound: OutboundPolicy,
+}
+
+/// Imported host names by namespace (Istio's `hostClassification`).
+#[derive(Debug, Default)]
+struct HostImports {
+    exact: HashSet<String>,
+    all: Vec<String>,
+}
+
+impl HostImports {
+    /// Whether a service host is imported: exactly, or covered by an imported wildcard
+    /// (Istio's `hostClassification.Matches`: `SubsetOf`).
+    fn matches_service(&self, host: &str) -> bool {
+        self.exact.contains(host)
+            || self
+                .all
+                .iter()
+                .filter(|imported| is_wildcard(imported) || is_wildcard(host))
+                .any(|imported| subset_of(host, imported))
+    }
+
+    /// Whether a VirtualService host is imported (Istio's `VSMatches` for VirtualServices
+    /// of the networking API: a match in either direction).
+    fn matches_virtual_service(&self, host: &str) -> bool {
+        self.exact.contains(host)
+            || self
+                .all
+                .iter()
+                .filter(|imported| is_wildcard(imported) || is_wildcard(host))
+                .any(|imported| subset_of(host, imported) || subset_of(imported, host))
+    }
+}
+
+fn is_wildcard(host: &str) -> bool {
+    host.starts_with('*')
+}
+
+/// Istio's `host.Name.SubsetOf`: every host `a` matches is matched by `b`.
+fn subset_of(a: &str, b: &str) -> bool {
+    if b == "*" {
+        return true;
+    }
+    if a == b {
+        return true;
+    }
+    match (a.strip_prefix('*'), b.strip_prefix('*')) {
+        // `*.x.com` ⊂ `*.com`; `a.com` ⊂ `*.com`.
+        (Some(a_suffix), Some(b_suffix)) => a_suffix.ends_with(b_suffix),
+        (None, Some(b_suffix)) => a.len() > b_suffix.len() && a.ends_with(b_suffix),
+        _ => false,
+    }
+}
+
+/// One egress listener's parsed imports.
+struct Listener<'a> {
+    spec: &'a IstioEgressListener,
+    hosts: HashMap<String, HostImports>,
+}
+
+impl Listener<'_> {
+    /// Istio's `needsPortMatch`: a listener with a port (other than an `HTTP_PROXY` one)
+    /// imports only that port of each service.
+    fn port(&self) -> Option<u32> {
+        let port = self.spec.port.as_ref()?;
+        let http_proxy = port
+            .protocol
+            .as_deref()
+            .is_some_and(|p| p.eq_ignore_ascii_case("http_proxy"));
+        (port.number != 0 && !http_proxy).then_some(port.number)
+    }
+}
+
+impl PushContext {
+    /// The Sidecar (index into [`PushContext::sidecars`]) that applies to a proxy in
+    /// `namespace` with `labels`, by Istio's precedence (module documentation).
+    pub fn sidecar_for(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Option<usize> {
+        select_sidecar(
+            &self.data.sidecars,
+            &self.data.mesh.root_namespace,
+            namespace,
+            labels,
+        )
+    }
+}
+
+/// [`PushContext::sidecar_for`] over a list of Sidecars (sorted or not) and the root
+/// namespace, for callers that index Sidecars themselves.
+pub fn select_sidecar(
+    sidecars: &[Arc<SidecarConfig>],
+    root_namespace: &str,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+) -> Option<usize> {
+    let oldest = |candidates: &mut Vec<usize>| {
+        candidates.sort_by(|&a, &b| config_age_order(&sidecars[a].meta, &sidecars[b].meta));
+        candidates.first().copied()
+    };
+    fn in_namespace<'s>(
+        sidecars: &'s [Arc<SidecarConfig>],
+        ns: &'s str,
+    ) -> impl Iterator<Item = (usize, &'s Arc<SidecarConfig>)> {
+        sidecars
+            .iter()
+            .enumerate()
+            .filter(move |(_, sc)| sc.meta.namespace == ns)
+    }
+    let mut selecting: Vec<usize> = in_namespace(sidecars, namespace)
+        .filter(|(_, sc)| {
+            sc.spec
+                .workload_selector
+                .as_ref()
+                .is_some_and(|sel| labels_match(&sel.labels, labels))
+        })
+        .map(|(i, _)| i)
+        .collect();
+    if let Some(i) = oldest(&mut selecting) {
+        return Some(i);
+    }
+    let default_of = |ns: &str| {
+        let mut defaults: Vec<usize> = in_namespace(sidecars, ns)
+            .filter(|(_, sc)| !sc.spec.has_workload_selector())
+            .map(|(i, _)| i)
+            .collect();
+        oldest(&mut defaults)
+    };
+    default_of(namespace).or_else(|| default_of(root_namespace))
+}
+
+impl PushContext {
+    /// The scope of a proxy in `namespace` under the Sidecar `sidecar` (an index from
+    /// [`PushContext::sidecar_for`]; `None`: no Sidecar).
+    pub fn sidecar_scope(&self, sidecar: Option<usize>, namespace: &str) -> SidecarScope {
+        let mesh_policy = OutboundPolicy {
+            mode: self.data.mesh.outbound_traffic_policy,
+            egress_proxy: None,
+        };
+        let Some(config) = sidecar.and_then(|i| self.data.sidecars.get(i)) else {
+            return SidecarScope {
+                namespace: namespace.to_string(),
+                sidecar: None,
+                imports: None,
+                outbound: mesh_policy,
+            };
+        };
+        let outbound = match &config.spec.outbound_traffic_policy {
+            None => mesh_policy,
+            Some(p) => OutboundPolicy {
+                mode: match p.effective_mode() {
+                    OutboundTrafficPolicyMode::AllowAny => OutboundTrafficPolicy::AllowAny,
+                    OutboundTrafficPolicyMode::RegistryOnly => OutboundTrafficPolicy::RegistryOnly,
+                },
+                egress_proxy: p.egress_proxy.clone(),
+            },
+        };
+        SidecarScope {
+            namespace: namespace.to_string(),
+            sidecar: Some(config.clone()),
+            imports: Some(self.imports(&config.spec.egress, namespace)),
+            outbound,
+        }
+    }
+
+    fn imports(&self, egress: &[IstioEgressListener], namespace: &str) -> Imports {
+        let catch_all = IstioEgressListener {
+            hosts: vec!["*/*".to_string()],
+            ..IstioEgressListener::default()
+        };
+        let specs: Vec<&IstioEgressListener> = if egress.is_empty() {
+            vec![&catch_all]
+        } else {
+            egress.iter().collect()
+        };
+        let listeners: Vec<Listener> = specs
+            .into_iter()
+            .map(|spec| Listener {
+                spec,
+                hosts: parse_hosts(&spec.hosts, namespace),
+            })
+            .collect();
+        // Services visible to the namespace, oldest first (Istio's service order).
+        let mut visible: Vec<&Arc<Service>> = self
+            .data
+            .services
+            .iter()
+            .filter(|s| self.service_visible(s, namespace))
+            .collect();
+        visible.sort_by(|a, b| {
+            (a.creation_ms, &a.namespace, &a.hostname).cmp(&(
+                b.creation_ms,
+                &b.namespace,
+                &b.hostname,
+            ))
+        });
+        let mesh_vs = self.virtual_services_for(namespace);
+
+        let mut merged = Merged::default();
+        let mut virtual_services = HashSet::new();
+        for listener in &listeners {
+            for s in select_services(&visible, listener, namespace) {
+                merged.append(s);
+            }
+            let selected: Vec<&Arc<VirtualServiceConfig>> = mesh_vs
+                .iter()
+                .copied()
+                .filter(|vs| imports_virtual_service(listener, vs))
+                .collect();
+            for vs in selected {
+                virtual_services.insert((vs.meta.namespace.clone(), vs.meta.name.clone()));
+                for (host, ports) in destinations_for_namespace(&vs.spec, namespace) {
+                    let Some(service) = self.destination_service(&host, namespace) else {
+                        continue;
+                    };
+                    let trimmed = match listener.port() {
+                        Some(port) => only_port(service, port),
+                        None => only_ports(service, &ports),
+                    };
+                    if let Some(s) = trimmed {
+                        merged.append(s);
+                    }
+                }
+            }
+        }
+        let mut services = merged.services;
+        services.sort_by(|a, b| a.hostname.cmp(&b.hostname));
+        let by_host = services
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.hostname.clone(), i))
+            .collect();
+        Imports {
+            services,
+            by_host,
+            virtual_services,
+        }
+    }
+
+    /// The service a VirtualService destination names, for a proxy in `namespace`: its
+    /// own namespace's, else a visible Kubernetes service, else the oldest visible one
+    /// (Istio's `pickBestVisibleNamespace`).
+    fn destination_service(&self, host: &str, namespace: &str) -> Option<&Arc<Service>> {
+        let candidates = self.services_by_host.get(host)?;
+        let visible: Vec<&Arc<Service>> = candidates
+            .iter()
+            .map(|&i| &self.data.services[i])
+            .filter(|s| self.service_visible(s, namespace))
+            .collect();
+        visible
+            .iter()
+            .find(|s| s.namespace == namespace)
+            .or_else(|| {
+                visible
+                    .iter()
+                    .find(|s| s.origin == ServiceOrigin::Kubernetes)
+            })
+            .or_else(|| visible.first())
+            .copied()
+    }
+}
+
+/// `ns/host` entries by namespace (`.` is `namespace`); malformed entries (validation
+/// rejects them) are skipped.
+fn parse_hosts(hosts: &[String], namespace: &str) -> HashMap<String, HostImports> {
+    let mut out: HashMap<String, HostImports> = HashMap::new();
+    for h in hosts {
+        let Some((ns, name)) = h.split_once('/') else {
+            continue;
+        };
+        if name.contains('/') {
+            continue;
+        }
+        let ns = if ns == "." { namespace } else { ns };
+        let entry = out.entry(ns.to_string()).or_default();
+        let name = name.to_ascii_lowercase();
+        if !is_wildcard(&name) {
+            entry.exact.insert(name.clone());
+        }
+        entry.all.push(name);
+    }
+    out
+}
+
+/// The services one listener imports, one per host name.
+fn select_services(
+    visible: &[&Arc<Service>],
+    listener: &Listener,
+    namespace: &str,
+) -> Vec<Arc<Service>> {
+    let wildcard = listener.hosts.get("*");
+    let mut imported: Vec<Arc<Service>> = Vec::new();
+    for s in visible {
+        let own = listener.hosts.get(&s.namespace);
+        let matched = own.is_some_and(|h| h.matches_service(&s.hostname))
+            || wildcard.is_some_and(|h| h.matches_service(&s.hostname));
+        if !matched {
+            continue;
+        }
+        let trimmed = match listener.port() {
+            Some(port) => only_port(s, port),
+            None => Some((*s).clone()),
+        };
+        imported.extend(trimmed);
+    }
+    // One namespace per host name: the config namespace's, else a Kubernetes service
+    // over a ServiceEntry, else the first (Istio's unified sidecar scoping).
+    let mut chosen: HashMap<String, (String, bool)> = HashMap::new();
+    for s in &imported {
+        let kube = s.origin == ServiceOrigin::Kubernetes;
+        match chosen.get(&s.hostname) {
+            None => {
+                chosen.insert(s.hostname.clone(), (s.namespace.clone(), kube));
+            }
+            Some((ns, ex_kube)) => {
+                // (Istio's third rule also lets a Kubernetes service of the config
+                // namespace win, which the first rule already does.)
+                if s.namespace == namespace || (!ex_kube && kube && ns != namespace) {
+                    chosen.insert(s.hostname.clone(), (s.namespace.clone(), kube));
+                }
+            }
+        }
+    }
+    imported.retain(|s| {
+        chosen
+            .get(&s.hostname)
+            .is_some_and(|(ns, _)| *ns == s.namespace)
+    });
+    imported
+}
+
+/// Whether a listener imports a VirtualService: one of its hosts matches an import of the
+/// VirtualService's namespace or of `*`.
+fn imports_virtual_service(listener: &Listener, vs: &VirtualServiceConfig) -> bool {
+    let own = listener.hosts.get(&vs.meta.namespace);
+    let wildcard = listener.hosts.get("*");
+    vs.spec.hosts.iter().any(|h| {
+        own.is_some_and(|i| i.matches_virtual_service(h))
+            || wildcard.is_some_and(|i| i.matches_virtual_service(h))
+    })
+}
+
+/// The destination hosts of a VirtualService and the ports they name (0: a destination
+/// without a port), leaving out HTTP routes whose matches all name another
+/// `sourceNamespace` (Istio's `virtualServiceDestinationsFilteredBySourceNamespace`).
+fn destinations_for_namespace(
+    vs: &VirtualServiceSpec,
+    namespace: &str,
+) -> BTreeMap<String, BTreeSet<u32>> {
+    let mut out: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
+    let mut add = |d: &Destination| {
+        out.entry(d.host.clone())
+            .or_default()
+            .insert(d.port.as_ref().map_or(0, |p| p.number));
+    };
+    for route in &vs.http {
+        let mut matched = true;
+        for m in &route.r#match {
+            if let Some(source) = m.source_namespace.as_deref().filter(|s| !s.is_empty()) {
+                if source == namespace {
+                    matched = true;
+                    break;
+                }
+                matched = false;
+            }
+        }
+        if !matched {
+            continue;
+        }
+        for d in &route.route {
+            add(&d.destination);
+        }
+        if let Some(m) = &route.mirror {
+            add(m);
+        }
+        for m in &route.mirrors {
+            add(&m.destination);
+        }
+    }
+    for route in &vs.tcp {
+        for d in &route.route {
+            add(&d.destination);
+        }
+    }
+    for route in &vs.tls {
+        for d in &route.route {
+            add(&d.destination);
+        }
+    }
+    out
+}
+
+/// The service with only `port` (Istio's `serviceMatchingListenerPort`); `None` when it
+/// does not have it.
+fn only_port(s: &Arc<Service>, port: u32) -> Option<Arc<Service>> {
+    let p = s.port(port)?;
+    if s.ports.len() == 1 {
+        return Some(s.clone());
+    }
+    Some(Arc::new(Service {
+        ports: vec![p.clone()],
+        ..(**s).clone()
+    }))
+}
+
+/// The service with only the ports a VirtualService's destinations name (Istio's
+/// `serviceMatchingVirtualServicePorts`; 0 stands for "every port"); `None` when it has
+/// none of them.
+fn only_ports(s: &Arc<Service>, ports: &BTreeSet<u32>) -> Option<Arc<Service>> {
+    if ports.is_empty() || ports.contains(&0) {
+        return Some(s.clone());
+    }
+    let found: Vec<_> = s
+        .ports
+        .iter()
+        .filter(|p| ports.contains(&p.port))
+        .cloned()
+        .collect();
+    if found.len() == s.ports.len() {
+        return Some(s.clone());
+    }
+    if found.is_empty() {
+        return None;
+    }
+    Some(Arc::new(Service {
+        ports: found,
+        ..(**s).clone()
+    }))
+}
+
+/// Services imported so far, merged per host name as Istio's `appendSidecarServices`.
+#[derive(Default)]
+struct Merged {
+    services: Vec<Arc<Service>>,
+    by_host: HashMap<String, usize>,
+}
+
+impl Merged {
+    fn append(&mut self, s: Arc<Service>) {
+        let Some(&i) = self.by_host.get(&s.hostname) else {
+            self.by_host.insert(s.hostname.clone(), self.services.len());
+            self.services.push(s);
+            return;
+        };
+        let existing = &self.services[i];
+        if Arc::ptr_eq(existing, &s) {
+            return;
+        }
+        let existing_kube = existing.origin == ServiceOrigin::Kubernetes;
+        let new_kube = s.origin == ServiceOrigin::Kubernetes;
+        if existing_kube && !new_kube {
+            return;
+        }
+        if !existing_kube && new_kube {
+            self.services[i] = s;
+            return;
+        }
+        if existing.ports == s.ports {
+            return;
+        }
+        let mergeable = existing.namespace == s.namespace
+            && existing.resolution == s.resolution
+            && existing.origin == s.origin
+            && existing.labels == s.labels
+            && existing.selector == s.selector
+            && existing.export_to == s.export_to;
+        if !mergeable {
+            return;
+        }
+        let mut ports = existing.ports.clone();
+        for p in &s.ports {
+            if !ports.iter().any(|q| q.port == p.port) {
+                ports.push(p.clone());
+            }
+        }
+        self.services[i] = Arc::new(Service {
+            ports,
+            ..(**existing).clone()
+        });
+    }
+}
+
+impl SidecarScope {
+    /// Whether a Sidecar restricts what the proxy sees.
+    pub fn is_scoped(&self) -> bool {
+        self.imports.is_some()
+    }
+
+    /// The services the proxy sees, one per host name, sorted by host name.
+    pub fn services<'a>(&'a self, push: &'a PushContext) -> Vec<&'a Arc<Service>> {
+        match &self.imports {
+            None => push.services_visible_to(&self.namespace),
+            Some(i) => i.services.iter().collect(),
+        }
+    }
+
+    /// The service the proxy reaches under `hostname` (ports trimmed to the imported ones).
+    pub fn service_for<'a>(
+        &'a self,
+        push: &'a PushContext,
+        hostname: &str,
+    ) -> Option<&'a Arc<Service>> {
+        match &self.imports {
+            None => push.service_for(hostname, &self.namespace),
+            Some(i) => i.by_host.get(hostname).map(|&n| &i.services[n]),
+        }
+    }
+
+    /// Whether the proxy sees `vs`.
+    pub fn imports_virtual_service(&self, vs: &VirtualServiceConfig) -> bool {
+        match &self.imports {
+            None => true,
+            Some(i) => i
+                .virtual_services
+                .contains(&(vs.meta.namespace.clone(), vs.meta.name.clone())),
+        }
+    }
+
+    /// The VirtualServices the proxy sees, oldest first.
+    pub fn virtual_services<'a>(
+        &self,
+        push: &'a PushContext,
+    ) -> Vec<&'a Arc<VirtualServiceConfig>> {
+        let mut all = push.virtual_services_for(&self.namespace);
+        all.retain(|vs| self.imports_virtual_service(vs));
+        all
+    }
+
+    /// The VirtualService routing `hostname` for the proxy: the most specific, then
+    /// oldest, among those it sees.
+    pub fn virtual_service_for_host<'a>(
+        &self,
+        push: &'a PushContext,
+        hostname: &str,
+    ) -> Option<&'a Arc<VirtualServiceConfig>> {
+        match &self.imports {
+            None => push.virtual_service_for_host(hostname, &self.namespace),
+            Some(_) => push.virtual_service_for_host_where(hostname, &self.namespace, |vs| {
+                self.imports_virtual_service(vs)
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::document::{parse_text, to_inputs};
+    use crate::push_context::{BuildInputs, build};
+
+    const MESH: &str = "\
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: a}
+spec:
+  clusterIP: 10.0.0.1
+  ports: [{name: http, port: 8080}, {name: grpc, port: 9090}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: b}
+spec:
+  clusterIP: 10.0.0.2
+  ports: [{name: http, port: 80}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: db, namespace: b}
+spec:
+  clusterIP: 10.0.0.3
+  ports: [{name: tcp, port: 5432}, {name: admin, port: 8081}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: telemetry, namespace: istio-system}
+spec:
+  clusterIP: 10.0.0.4
+  ports: [{name: http, port: 80}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: ext, namespace: b}
+spec:
+  hosts: [api.example.com]
+  ports: [{number: 443, name: tls, protocol: TLS}]
+  resolution: DNS
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: api, namespace: b}
+spec:
+  hosts: [api]
+  http: [{route: [{destination: {host: db, port: {number: 5432}}}]}]
+";
+
+    fn context(extra: &str) -> PushContext {
+        let parsed = parse_text(
+            std::path::Path::new("t.yaml"),
+            &format!("{MESH}---\n{extra}"),
+        );
+        assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+        let inputs = to_inputs(
+            &parsed.objects,
+            BuildInputs {
+                cluster_domain: "cluster.local".into(),
+                ..Default::default()
+            },
+        );
+        let built = build(&inputs, None);
+        assert!(built.errors().next().is_none(), "{:?}", built.findings);
+        built.context
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn sidecar(ns: &str, name: &str, created: &str, spec: &str) -> String {
+        format!(
+            "---\napiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: {name}, namespace: {ns}, creationTimestamp: \"{created}\"}}\nspec: {spec}\n"
+        )
+    }
+
+    /// The imported services as `host:port,port`, sorted.
+    fn seen(ctx: &PushContext, ns: &str, proxy_labels: &[(&str, &str)]) -> Vec<String> {
+        let chosen = ctx.sidecar_for(ns, &labels(proxy_labels));
+        let scope = ctx.sidecar_scope(chosen, ns);
+        scope
+            .services(ctx)
+            .iter()
+            .map(|s| {
+                let ports: Vec<String> = s.ports.iter().map(|p| p.port.to_string()).collect();
+                format!("{}:{}", s.hostname, ports.join(","))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_workload_selector_beats_the_namespace_default_which_beats_the_root_default() {
+        let ctx = context(&[
+            sidecar("istio-system", "mesh", "2024-01-01T00:00:00Z", "{egress: [{hosts: [\"./*\"]}]}"),
+            sidecar("a", "default", "2024-01-01T00:00:00Z", "{egress: [{hosts: [\"istio-system/*\"]}]}"),
+            sidecar("a", "web-new", "2024-03-01T00:00:00Z", "{workloadSelector: {labels: {app: web}}, egress: [{hosts: [\"b/*\"]}]}"),
+            sidecar("a", "web-old", "2024-02-01T00:00:00Z", "{workloadSelector: {labels: {app: web}}, egress: [{hosts: [\"b/api.b.svc.cluster.local\"]}]}"),
+        ].concat());
+        let name = |ns: &str, l: &[(&str, &str)]| {
+            ctx.sidecar_for(ns, &labels(l))
+                .map(|i| ctx.sidecars()[i].meta.name.clone())
+        };
+        assert_eq!(
+            name("a", &[("app", "web")]).as_deref(),
+            Some("web-old"),
+            "oldest selecting Sidecar"
+        );
+        assert_eq!(name("a", &[("app", "other")]).as_deref(), Some("default"));
+        assert_eq!(
+            name("b", &[("app", "web")]).as_deref(),
+            Some("mesh"),
+            "selectors apply in their own namespace only"
+        );
+        assert_eq!(
+            seen(&ctx, "b", &[]),
+            [
+                "api.b.svc.cluster.local:80",
+                "api.example.com:443",
+                "db.b.svc.cluster.local:5432,8081"
+            ],
+            "the root default's `./*` is the proxy's namespace"
+        );
+        assert_eq!(
+            seen(&ctx, "a", &[]),
+            ["telemetry.istio-system.svc.cluster.local:80"]
+        );
+        assert_eq!(
+            seen(&ctx, "a", &[("app", "web")]),
+            ["api.b.svc.cluster.local:80", "db.b.svc.cluster.local:5432"],
+            "an imported VirtualService brings its destination, on the destination's port"
+        );
+    }
+
+    #[test]
+    fn without_a_sidecar_everything_visible_is_seen() {
+        let ctx = context("");
+        assert_eq!(seen(&ctx, "a", &[]).len(), 5);
+        let scope = ctx.sidecar_scope(None, "a");
+        assert!(!scope.is_scoped());
+        assert_eq!(scope.outbound.mode, OutboundTrafficPolicy::AllowAny);
+    }
+
+    #[test]
+    fn tilde_imports_nothing_and_wildcard_namespace_imports_a_host_anywhere() {
+        let ctx = context(&sidecar(
+            "a",
+            "default",
+            "2024-01-01T00:00:00Z",
+            "{egress: [{hosts: [\"~/*\"]}]}",
+        ));
+        assert!(seen(&ctx, "a", &[]).is_empty());
+        let ctx = context(&sidecar(
+            "a",
+            "default",
+            "2024-01-01T00:00:00Z",
+            "{egress: [{hosts: [\"*/db.b.svc.cluster.local\", \"*/*.example.com\"]}]}",
+        ));
+        assert_eq!(
+            seen(&ctx, "a", &[]),
+            ["api.example.com:443", "db.b.svc.cluster.local:5432,8081"]
+        );
+        let scope = ctx.sidecar_scope(ctx.sidecar_for("a", &BTreeMap::new()), "a");
+        assert!(
+            scope.virtual_services(&ctx).is_empty(),
+            "the VirtualService of api is not imported"
+        );
+    }
+
+    #[test]
+    fn a_listener_port_trims_services_to_that_port_and_listeners_merge() {
+        let ctx = context(&sidecar(
+            "a",
+            "default",
+            "2024-01-01T00:00:00Z",
+            "{egress: [{port: {number: 9090, protocol: GRPC, name: grpc}, hosts: [\"./*\"]}, {port: {number: 8081, protocol: HTTP, name: admin}, hosts: [\"b/*\"]}, {hosts: [\"istio-system/*\"]}]}",
+        ));
+        assert_eq!(
+            seen(&ctx, "a", &[]),
+            [
+                "db.b.svc.cluster.local:8081",
+                "telemetry.istio-system.svc.cluster.local:80",
+                "web.a.svc.cluster.local:9090",
+            ],
+            "api (no 8081) is left out; the VirtualService's destination comes on the listener's port"
+        );
+    }
+
+    #[test]
+    fn the_sidecar_outbound_traffic_policy_replaces_the_mesh_one() {
+        let ctx = context(&sidecar(
+            "a",
+            "default",
+            "2024-01-01T00:00:00Z",
+            "{outboundTrafficPolicy: {mode: REGISTRY_ONLY}}",
+        ));
+        let scope = ctx.sidecar_scope(ctx.sidecar_for("a", &BTreeMap::new()), "a");
+        assert_eq!(scope.outbound.mode, OutboundTrafficPolicy::RegistryOnly);
+        assert_eq!(seen(&ctx, "a", &[]).len(), 5, "no egress: `*/*`");
+        let ctx = context(&sidecar(
+            "a",
+            "default",
+            "2024-01-01T00:00:00Z",
+            "{outboundTrafficPolicy: {mode: ALLOW_ANY, egressProxy: {host: api.example.com, port: {number: 443}}}}",
+        ));
+        let scope = ctx.sidecar_scope(ctx.sidecar_for("a", &BTreeMap::new()), "a");
+        assert_eq!(scope.outbound.mode, OutboundTrafficPolicy::AllowAny);
+        assert_eq!(
+            scope
+                .outbound
+                .egress_proxy
+                .as_ref()
+                .map(|d| d.host.as_str()),
+            Some("api.example.com")
+        );
+    }
+
+    #[test]
+    fn subset_of_follows_istio() {
+        assert!(subset_of("a.example.com", "*.example.com"));
+        assert!(subset_of("*.a.example.com", "*.example.com"));
+        assert!(!subset_of("*.example.com", "a.example.com"));
+        assert!(!subset_of("example.com", "*.example.com"));
+        assert!(subset_of("anything", "*"));
+        assert!(subset_of("*.example.com", "*.example.com"));
+    }
+
+    #[test]
+    fn virtual_service_hosts_match_either_way() {
+        let hosts = parse_hosts(&["ns/a.example.com".to_string()], "ns");
+        let ns = &hosts["ns"];
+        assert!(ns.matches_virtual_service("*.example.com"));
+        assert!(!ns.matches_service("*.example.com"));
+        assert!(ns.matches_service("a.example.com"));
+    }
+}
