@@ -261,6 +261,15 @@ impl PushContext {
         &self.data.services
     }
 
+    /// The service `hostname` of `namespace` itself (no visibility rules applied).
+    pub fn service(&self, hostname: &str, namespace: &str) -> Option<&Arc<Service>> {
+        self.services_by_host
+            .get(hostname)?
+            .iter()
+            .map(|&i| &self.data.services[i])
+            .find(|s| s.namespace == namespace)
+    }
+
     /// The service a proxy in `namespace` reaches under `hostname`: the one in its own
     /// namespace if visible, otherwise the oldest visible one (Istio's rule).
     pub fn service_for(&self, hostname: &str, namespace: &str) -> Option<&Arc<Service>> {

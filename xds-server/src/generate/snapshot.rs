@@ -833,52 +833,60 @@ fn change_kind_of(old: &PushContext, new: &PushContext, summary: &ChangeSummary)
     if !summary.is_endpoints_only() {
         return ChangeKind::Full;
     }
-    let shapes_more_than_eds = summary.endpoints.iter().any(|(host, ns)| {
-        [old, new].iter().any(|ctx| {
-            ctx.services().iter().any(|s| {
-                s.hostname == *host
-                    && s.namespace == *ns
-                    && (s
-                        .ports
-                        .iter()
-                        .any(|p| matches!(p.target_port, Some(TargetPort::Name(_))))
-                        || matches!(s.resolution, Resolution::Dns | Resolution::DnsRoundRobin))
-            })
-        })
+    let full = summary.endpoints.iter().any(|(host, ns)| {
+        let (before, after) = (
+            EndpointShaped::of(old, host, ns),
+            EndpointShaped::of(new, host, ns),
+        );
+        before.beyond_eds || after.beyond_eds || before != after
     });
-    let identities_changed = summary.endpoints.iter().any(|(host, ns)| {
-        let of = |ctx: &PushContext| {
-            ctx.services()
-                .iter()
-                .find(|s| s.hostname == *host && s.namespace == *ns)
-                .and_then(|s| ctx.endpoints(s))
-                .map(|eps| endpoint_identities(eps, ns, &ctx.mesh().trust_domain))
-                .unwrap_or_default()
-        };
-        of(old) != of(new)
-    });
-    let passthrough_mtls_changed = summary.endpoints.iter().any(|(host, ns)| {
-        let of = |ctx: &PushContext| {
-            ctx.services()
-                .iter()
-                .find(|s| {
-                    s.hostname == *host
-                        && s.namespace == *ns
-                        && s.resolution == Resolution::Passthrough
-                })
-                .map(|s| {
-                    s.ports
-                        .iter()
-                        .map(|p| all_run_sidecars(ctx, s, p.port))
-                        .collect::<Vec<_>>()
-                })
-        };
-        of(old) != of(new)
-    });
-    if shapes_more_than_eds || identities_changed || passthrough_mtls_changed {
+    if full {
         ChangeKind::Full
     } else {
         ChangeKind::EndpointsOnly
+    }
+}
+
+/// What a service's endpoints decide besides EDS, in one snapshot (all empty for a host
+/// without a service there).
+#[derive(Debug, Default, PartialEq)]
+struct EndpointShaped {
+    /// Named target ports decide a sidecar's inbound ports; DNS services carry their
+    /// endpoints in CDS: any endpoint change of such a service is a full change.
+    beyond_eds: bool,
+    /// The identities TLS verifies (the endpoints' service accounts).
+    identities: std::collections::BTreeSet<String>,
+    /// For a passthrough service, per port, whether every endpoint runs a sidecar (its
+    /// cluster's auto mTLS).
+    passthrough_mtls: Option<Vec<bool>>,
+}
+
+impl EndpointShaped {
+    fn of(ctx: &PushContext, host: &str, ns: &str) -> Self {
+        let Some(service) = ctx.service(host, ns) else {
+            return Self::default();
+        };
+        EndpointShaped {
+            beyond_eds: service
+                .ports
+                .iter()
+                .any(|p| matches!(p.target_port, Some(TargetPort::Name(_))))
+                || matches!(
+                    service.resolution,
+                    Resolution::Dns | Resolution::DnsRoundRobin
+                ),
+            identities: ctx
+                .endpoints(service)
+                .map(|eps| endpoint_identities(eps, ns, &ctx.mesh().trust_domain))
+                .unwrap_or_default(),
+            passthrough_mtls: (service.resolution == Resolution::Passthrough).then(|| {
+                service
+                    .ports
+                    .iter()
+                    .map(|p| all_run_sidecars(ctx, service, p.port))
+                    .collect()
+            }),
+        }
     }
 }
 
