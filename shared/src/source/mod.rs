@@ -7,8 +7,9 @@
 //!   its index and the reason; the object it described keeps its last good version if it
 //!   had one, and the file's other documents are used as they are now. Only a file that
 //!   cannot be read or is not valid YAML as a whole keeps its last good content entirely.
-//! - A file is read only once it has settled: unchanged for [`SETTLE`] and the same file
-//!   (inode, size, times) before, during and after the read. Until then its last content
+//! - A file is read only once it has settled: its writer finished it (the watcher saw it
+//!   closed after writing or renamed into place, [`DirSource::note`]), else unchanged for
+//!   [`SETTLE`]; and the same file (inode, size, times) before, during and after the read. Until then its last content
 //!   stays in use and the report asks for a rescan ([`RescanReport::retry_after`]), so a
 //!   file caught between two halves of a write is never used.
 //! - A ConfigMap-style volume (`..data` link) is taken in whole, one version at a time, with
