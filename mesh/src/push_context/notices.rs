@@ -42,8 +42,9 @@ pub fn virtual_service_notices(key: &ConfigKey, spec: &VirtualServiceSpec) -> Ve
 
 /// Notices about an accepted Sidecar: what of it the generators do not translate yet.
 /// Egress imports (hosts, ports), ingress listener ports and default endpoints, the
-/// workload selector and `outboundTrafficPolicy` are translated; the listeners' addresses
-/// and capture modes, ingress TLS and connection pools are not.
+/// workload selector, `outboundTrafficPolicy` and the connection pools (ingress
+/// `connectionPool`, `inboundConnectionPool`) are translated; the listeners' addresses and
+/// capture modes and ingress TLS are not.
 pub fn sidecar_notices(key: &ConfigKey, spec: &SidecarSpec) -> Vec<ConfigError> {
     let mut n = Notices {
         key,
@@ -83,18 +84,6 @@ pub fn sidecar_notices(key: &ConfigKey, spec: &SidecarSpec) -> Vec<ConfigError> 
                 "not translated by Pilotfish yet: the port's chain follows the workload's PeerAuthentication, without this TLS termination",
             );
         }
-        if listener.connection_pool.is_some() {
-            n.behaviour(
-                &format!("{path}.connectionPool"),
-                "not translated by Pilotfish yet: the inbound cluster keeps Istio's default connection pool",
-            );
-        }
-    }
-    if spec.inbound_connection_pool.is_some() {
-        n.behaviour(
-            "spec.inboundConnectionPool",
-            "not translated by Pilotfish yet: inbound clusters keep Istio's default connection pool",
-        );
     }
     n.list
 }

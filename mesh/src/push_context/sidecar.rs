@@ -29,7 +29,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::{PushContext, SidecarConfig, VirtualServiceConfig, config_age_order};
-use crate::api::{Destination, IstioEgressListener, OutboundTrafficPolicyMode, VirtualServiceSpec};
+use crate::api::{
+    ConnectionPoolSettings, Destination, IstioEgressListener, OutboundTrafficPolicyMode,
+    SidecarSpec, VirtualServiceSpec,
+};
 use crate::mesh_config::OutboundTrafficPolicy;
 use crate::model::{Service, ServiceOrigin, labels_match};
 
@@ -132,6 +135,20 @@ impl Listener<'_> {
             .is_some_and(|p| p.eq_ignore_ascii_case("http_proxy"));
         (port.number != 0 && !http_proxy).then_some(port.number)
     }
+}
+
+/// The connection pool of the inbound cluster of `port` under a Sidecar (Istio's
+/// `InboundConnectionPoolForPort`): the first ingress listener on that port that sets
+/// `connectionPool`, else the Sidecar's `inboundConnectionPool`, else `None` (the
+/// default pool). It applies to every inbound port, those of ingress listeners and those
+/// taken from the workload's Services alike; it replaces whatever a DestinationRule's
+/// inbound traffic policy would give.
+pub fn inbound_connection_pool(spec: &SidecarSpec, port: u32) -> Option<&ConnectionPoolSettings> {
+    spec.ingress
+        .iter()
+        .filter(|l| l.port.number == port)
+        .find_map(|l| l.connection_pool.as_ref())
+        .or(spec.inbound_connection_pool.as_ref())
 }
 
 impl PushContext {
@@ -822,6 +839,42 @@ spec:
                 .as_ref()
                 .map(|d| d.host.as_str()),
             Some("api.example.com")
+        );
+    }
+
+    #[test]
+    fn an_ingress_listener_pool_beats_the_sidecar_inbound_pool() {
+        let spec: SidecarSpec = serde_json::from_value(serde_json::json!({
+            "inboundConnectionPool": {"tcp": {"maxConnections": 10}},
+            "ingress": [
+                {"port": {"number": 8080, "protocol": "HTTP", "name": "a"}},
+                {"port": {"number": 8080, "protocol": "HTTP", "name": "b"},
+                 "connectionPool": {"tcp": {"maxConnections": 20}}},
+                {"port": {"number": 9090, "protocol": "HTTP", "name": "c"},
+                 "connectionPool": {"tcp": {"maxConnections": 30}}}
+            ]
+        }))
+        .unwrap();
+        let max = |port| {
+            inbound_connection_pool(&spec, port)
+                .and_then(|p| p.tcp.as_ref())
+                .and_then(|t| t.max_connections)
+        };
+        assert_eq!(
+            max(8080),
+            Some(20),
+            "the first listener of the port that sets a pool, even after one that does not"
+        );
+        assert_eq!(max(9090), Some(30));
+        assert_eq!(
+            max(7070),
+            Some(10),
+            "a port no listener sets (or a Service port) takes inboundConnectionPool"
+        );
+        let bare = SidecarSpec::default();
+        assert!(
+            inbound_connection_pool(&bare, 8080).is_none(),
+            "default pool"
         );
     }
 

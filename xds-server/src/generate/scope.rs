@@ -27,13 +27,16 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use pilotfish_mesh::api::{IstioIngressListener, Labels, LoadBalancerSettings, TrafficPolicy};
+use pilotfish_mesh::api::{
+    CaptureMode, ConnectionPoolSettings, IstioIngressListener, Labels, LoadBalancerSettings,
+    SidecarSpec, TrafficPolicy,
+};
 use pilotfish_mesh::model::{
     Locality, Protocol, Proxy, ProxyGenerator, Service, TargetPort, labels_match,
 };
 use pilotfish_mesh::push_context::{
     EffectiveMtls, PeerAuthenticationConfig, PushContext, SidecarConfig, peer_authn,
-    sidecar::select_sidecar,
+    sidecar::{inbound_connection_pool, select_sidecar},
 };
 
 /// The two families of output.
@@ -70,6 +73,57 @@ pub struct InboundPort {
     /// Where the inbound cluster sends the traffic (a Sidecar ingress listener's
     /// `defaultEndpoint`); `None`: to the original destination.
     pub endpoint: Option<InboundEndpoint>,
+    /// A Sidecar ingress listener's `bind`: the address its chain (or its own listener)
+    /// is named by and, when `bound`, listens on; `None`: `0.0.0.0`.
+    pub bind: Option<String>,
+    /// A Sidecar ingress listener with `captureMode: NONE`: a listener of its own bound to
+    /// `bind:port` instead of a chain in `virtualInbound` (Istio's `bindToPort`).
+    pub bound: bool,
+    /// The inbound cluster's connection pool from the Sidecar
+    /// ([`inbound_connection_pool`]); `None`: Istio's default pool.
+    pub pool: Option<Canonical<ConnectionPoolSettings>>,
+}
+
+/// A value of the Istio API that a scope carries, compared, ordered and hashed by its
+/// canonical JSON (the API types are not `Hash`), so equal settings share parts.
+#[derive(Clone, Debug)]
+pub struct Canonical<T> {
+    pub value: Arc<T>,
+    key: String,
+}
+
+impl<T: serde::Serialize> Canonical<T> {
+    pub fn new(value: &T) -> Self
+    where
+        T: Clone,
+    {
+        Canonical {
+            key: serde_json::to_string(value).unwrap_or_default(),
+            value: Arc::new(value.clone()),
+        }
+    }
+}
+
+impl<T> PartialEq for Canonical<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+impl<T> Eq for Canonical<T> {}
+impl<T> std::hash::Hash for Canonical<T> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.key.hash(state);
+    }
+}
+impl<T> PartialOrd for Canonical<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<T> Ord for Canonical<T> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key.cmp(&other.key)
+    }
 }
 
 /// A Sidecar ingress listener's `defaultEndpoint`, resolved for one proxy (Istio's
@@ -417,10 +471,14 @@ impl ScopeIndex {
         );
         let (inbound, inbound_mtls) = match flavor {
             Flavor::Sidecar => {
-                let ports = match sidecar.map(|i| &self.sidecars[i].spec.ingress) {
-                    Some(ingress) if !ingress.is_empty() => ingress_ports(ingress, proxy),
+                let spec = sidecar.map(|i| &self.sidecars[i].spec);
+                let mut ports = match spec {
+                    Some(spec) if !spec.ingress.is_empty() => ingress_ports(&spec.ingress, proxy),
                     _ => self.inbound_ports(proxy),
                 };
+                if let Some(spec) = spec {
+                    with_sidecar_pools(&mut ports, spec);
+                }
                 (ports, Some(self.mtls(proxy)))
             }
             Flavor::Proxyless => (Vec::new(), None),
@@ -500,6 +558,9 @@ impl ScopeIndex {
                 port,
                 protocol,
                 endpoint: None,
+                bind: None,
+                bound: false,
+                pool: None,
             })
             .collect()
     }
@@ -568,13 +629,26 @@ fn ingress_ports(ingress: &[IstioIngressListener], proxy: &Proxy) -> Vec<Inbound
             .as_deref()
             .filter(|e| !e.is_empty())
             .and_then(|e| default_endpoint(e, proxy));
+        let bind = listener.bind.clone().filter(|b| !b.is_empty());
         out.entry(port).or_insert(InboundPort {
             port,
             protocol,
             endpoint,
+            bind,
+            // Istio's `getBindToPort` for a proxy that redirects (Pilotfish does not read a
+            // proxy-level `INTERCEPTION_MODE`): only an explicit NONE binds.
+            bound: listener.capture_mode == Some(CaptureMode::None),
+            pool: None,
         });
     }
     out.into_values().collect()
+}
+
+/// Sets each inbound port's connection pool from the Sidecar that applies.
+fn with_sidecar_pools(ports: &mut [InboundPort], spec: &SidecarSpec) {
+    for p in ports {
+        p.pool = inbound_connection_pool(spec, p.port).map(Canonical::new);
+    }
 }
 
 /// Resolves a validated `defaultEndpoint` for `proxy`.
@@ -731,6 +805,9 @@ spec:
                 port: 8080,
                 protocol: Protocol::Http,
                 endpoint: None,
+                bind: None,
+                bound: false,
+                pool: None,
             }],
             "target port, and no UDP"
         );

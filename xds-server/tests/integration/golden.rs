@@ -80,6 +80,7 @@ const CASES: &[(&str, Option<&str>, &str)] = &[
     ("sidecar-registry-only", None, "client"),
     ("sidecar-egress-proxy", None, "client"),
     ("sidecar-ingress", None, "client"),
+    ("sidecar-inbound-pool", None, "client"),
 ];
 
 const TYPES: [(XdsType, &str); 4] = [
