@@ -595,6 +595,14 @@ fn static_inbound_cluster(
     endpoint: &InboundEndpoint,
     connect_timeout: std::time::Duration,
 ) -> Cluster {
+    // Istio leaves from 127.0.0.6 unless the endpoint is the loopback, so that traffic to
+    // the workload's own IP is not redirected back to the sidecar. (It sets that on Unix
+    // socket endpoints too, where an IP source cannot be bound; Pilotfish leaves it off
+    // there.)
+    let bind = match endpoint {
+        InboundEndpoint::Socket { address, .. } => address != "127.0.0.1" && address != "::1",
+        InboundEndpoint::Pipe(_) => false,
+    };
     let address = match endpoint {
         InboundEndpoint::Socket { address, port } => socket_address(address, *port),
         InboundEndpoint::Pipe(path) => Address {
@@ -609,6 +617,7 @@ fn static_inbound_cluster(
         cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32)),
         connect_timeout: duration(connect_timeout),
         circuit_breakers: Some(circuit_breakers(None, Flavor::Sidecar)),
+        upstream_bind_config: bind.then(inbound_bind_config),
         load_assignment: Some(ClusterLoadAssignment {
             cluster_name: name.to_string(),
             endpoints: vec![LocalityLbEndpoints {

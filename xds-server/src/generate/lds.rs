@@ -452,6 +452,8 @@ pub fn sidecar_inbound_listener(
     // The passthrough: no port (the workload's mode), then the port-level ports no
     // Service declares (Istio's ForPassthrough).
     let served: HashSet<u32> = inbound.iter().map(|p| p.port).collect();
+    // Ports with a listener of their own (`bound_inbound_listeners`) have no chain here.
+    let inbound = inbound.iter().filter(|p| !p.bound);
     let passthrough_ports = std::iter::once((None, mtls.mode)).chain(
         mtls.per_port
             .iter()
@@ -468,10 +470,8 @@ pub fn sidecar_inbound_listener(
             || vec![passthrough()],
         ));
     }
-    for p in inbound
-        .iter()
-        .filter(|p| p.port != names::VIRTUAL_INBOUND_PORT)
-    {
+    for p in inbound.filter(|p| p.port != names::VIRTUAL_INBOUND_PORT) {
+        let chain_name = inbound_chain_name(p);
         let cluster = names::inbound_cluster(p.port);
         let protocol = if p.protocol.is_http() {
             ChainProtocol::Http
@@ -482,7 +482,7 @@ pub fn sidecar_inbound_listener(
             ChainProtocol::Http => {
                 let env_route = default_inbound_route(&cluster, p.port, p.protocol);
                 let mut hcm = sidecar_hcm(
-                    format!("inbound_0.0.0.0_{}", p.port),
+                    format!("inbound_{chain_name}"),
                     RouteSpecifier::RouteConfig(RouteConfiguration {
                         name: cluster.clone(),
                         virtual_hosts: vec![VirtualHost {
@@ -521,7 +521,7 @@ pub fn sidecar_inbound_listener(
             ),
         };
         chains.extend(mtls_chains(
-            &format!("0.0.0.0_{}", p.port),
+            &chain_name,
             Some(p.port),
             mtls.for_port(p.port),
             protocol,
@@ -548,6 +548,75 @@ pub fn sidecar_inbound_listener(
         continue_on_listener_filters_timeout: true,
         filter_chains: chains,
         ..Default::default()
+    }
+}
+
+/// The name of an inbound port's chains (and of its own listener when bound): Istio's
+/// `<bind>_<port>`, `0.0.0.0` without a Sidecar ingress `bind`.
+fn inbound_chain_name(p: &InboundPort) -> String {
+    format!("{}_{}", p.bind.as_deref().unwrap_or("0.0.0.0"), p.port)
+}
+
+/// The listeners of a Sidecar's ingress listeners with `captureMode: NONE` (Istio's
+/// `inboundCustomListener`): each bound to `<bind>:<port>`, named `<bind>_<port>`, with the
+/// port's chains exactly as `virtualInbound` would carry them (PeerAuthentication mode
+/// included), no original-destination filter (nothing is redirected to it) and the TLS
+/// inspector where a chain matches on TLS.
+pub fn bound_inbound_listeners(
+    inbound: &[InboundPort],
+    mtls: &EffectiveMtls,
+    trust_domain: &str,
+) -> Vec<Listener> {
+    inbound
+        .iter()
+        .filter(|p| p.bound)
+        .map(|p| {
+            let name = inbound_chain_name(p);
+            let unbound = InboundPort {
+                bound: false,
+                ..p.clone()
+            };
+            let chains: Vec<FilterChain> =
+                sidecar_inbound_listener(std::slice::from_ref(&unbound), mtls, trust_domain)
+                    .filter_chains
+                    .into_iter()
+                    .filter(|c| c.name == name)
+                    .collect();
+            Listener {
+                name,
+                address: Some(listener_address(
+                    p.bind.as_deref().unwrap_or("0.0.0.0"),
+                    p.port,
+                )),
+                traffic_direction: TrafficDirection::Inbound as i32,
+                listener_filters: inbound_mtls::tls_inspector(&chains).into_iter().collect(),
+                listener_filters_timeout: zero_duration(),
+                continue_on_listener_filters_timeout: true,
+                // Istio's MAX_CONNECTIONS_PER_SOCKET_EVENT_LOOP default, on listeners that
+                // bind.
+                max_connections_to_accept_per_socket_event: u32_value(1),
+                filter_chains: chains,
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+/// The address of a listener at `bind` (an IP, or a Unix domain socket `unix://path`,
+/// Istio's `BuildAddress`) and `port`.
+pub fn listener_address(
+    bind: &str,
+    port: u32,
+) -> envoy_types::pb::envoy::config::core::v3::Address {
+    use envoy_types::pb::envoy::config::core::v3::{Address, Pipe, address};
+    match bind.strip_prefix("unix://") {
+        Some(path) => Address {
+            address: Some(address::Address::Pipe(Pipe {
+                path: path.to_string(),
+                ..Default::default()
+            })),
+        },
+        None => socket_address(bind, port),
     }
 }
 

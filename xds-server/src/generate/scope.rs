@@ -629,19 +629,50 @@ fn ingress_ports(ingress: &[IstioIngressListener], proxy: &Proxy) -> Vec<Inbound
             .as_deref()
             .filter(|e| !e.is_empty())
             .and_then(|e| default_endpoint(e, proxy));
-        let bind = listener.bind.clone().filter(|b| !b.is_empty());
+        // Istio's `getBindToPort` for a proxy that redirects (Pilotfish does not read a
+        // proxy-level `INTERCEPTION_MODE`): only an explicit NONE binds.
+        let bound = listener.capture_mode == Some(CaptureMode::None);
+        // A bound listener without `bind` listens on the proxy's own (global unicast) IP,
+        // else the wildcard (Istio's `getSidecarInboundBindIPs`); an unbound one's chain
+        // keeps the `0.0.0.0_<port>` name of every other inbound chain.
+        let bind = listener
+            .bind
+            .clone()
+            .filter(|b| !b.is_empty())
+            .or_else(|| bound.then(|| own_inbound_ip(proxy)));
         out.entry(port).or_insert(InboundPort {
             port,
             protocol,
             endpoint,
             bind,
-            // Istio's `getBindToPort` for a proxy that redirects (Pilotfish does not read a
-            // proxy-level `INTERCEPTION_MODE`): only an explicit NONE binds.
-            bound: listener.capture_mode == Some(CaptureMode::None),
+            bound,
             pool: None,
         });
     }
     out.into_values().collect()
+}
+
+/// The proxy's first global unicast IP (not loopback, link-local, multicast or
+/// unspecified), else `0.0.0.0`.
+fn own_inbound_ip(proxy: &Proxy) -> String {
+    proxy
+        .ips
+        .iter()
+        .find(|ip| match ip {
+            std::net::IpAddr::V4(v4) => {
+                !(v4.is_loopback()
+                    || v4.is_link_local()
+                    || v4.is_multicast()
+                    || v4.is_unspecified())
+            }
+            std::net::IpAddr::V6(v6) => {
+                !(v6.is_loopback()
+                    || v6.is_multicast()
+                    || v6.is_unspecified()
+                    || v6.is_unicast_link_local())
+            }
+        })
+        .map_or_else(|| "0.0.0.0".to_string(), |ip| ip.to_string())
 }
 
 /// Sets each inbound port's connection pool from the Sidecar that applies.

@@ -643,9 +643,18 @@ impl GeneratedSnapshot {
             }
             Part::InboundListener => {
                 let mtls = scope.inbound_mtls.clone().unwrap_or_default();
-                let listener =
-                    lds::sidecar_inbound_listener(&scope.inbound, &mtls, &push.mesh().trust_domain);
-                encode(vec![listener], |l| &l.name)
+                let trust_domain = &push.mesh().trust_domain;
+                let mut listeners = vec![lds::sidecar_inbound_listener(
+                    &scope.inbound,
+                    &mtls,
+                    trust_domain,
+                )];
+                listeners.extend(lds::bound_inbound_listeners(
+                    &scope.inbound,
+                    &mtls,
+                    trust_domain,
+                ));
+                encode(listeners, |l| &l.name)
             }
             Part::Routes => {
                 let plan = self.plan(proxy, scope);

@@ -81,6 +81,7 @@ const CASES: &[(&str, Option<&str>, &str)] = &[
     ("sidecar-egress-proxy", None, "client"),
     ("sidecar-ingress", None, "client"),
     ("sidecar-inbound-pool", None, "client"),
+    ("sidecar-ingress-bind", None, "client"),
 ];
 
 const TYPES: [(XdsType, &str); 4] = [
