@@ -40,30 +40,14 @@ pub fn virtual_service_notices(key: &ConfigKey, spec: &VirtualServiceSpec) -> Ve
     n.list
 }
 
-/// Notices about an accepted Sidecar: what of it the generators do not translate yet.
-/// Egress imports (hosts, ports), ingress listener ports and default endpoints, the
-/// workload selector, `outboundTrafficPolicy` and the connection pools (ingress
-/// `connectionPool`, `inboundConnectionPool`) are translated; the listeners' addresses and
-/// capture modes and ingress TLS are not.
+/// Notices about an accepted Sidecar. Every field is translated as Istio 1.30 translates
+/// it by default, so only ingress `tls` is noted: Istio ignores it unless
+/// `ENABLE_TLS_ON_SIDECAR_INGRESS` is set.
 pub fn sidecar_notices(key: &ConfigKey, spec: &SidecarSpec) -> Vec<ConfigError> {
     let mut n = Notices {
         key,
         list: Vec::new(),
     };
-    for (i, listener) in spec.egress.iter().enumerate() {
-        if listener.bind.as_deref().is_some_and(|b| !b.is_empty()) {
-            n.behaviour(
-                &format!("spec.egress[{i}].bind"),
-                "not translated by Pilotfish yet: the listener's services keep their usual listeners (their virtual IPs, or 0.0.0.0) instead of this address",
-            );
-        }
-        if listener.capture_mode.is_some() {
-            n.behaviour(
-                &format!("spec.egress[{i}].captureMode"),
-                "not translated by Pilotfish yet: outbound listeners are never bound to a port (traffic is expected to be captured)",
-            );
-        }
-    }
     for (i, listener) in spec.ingress.iter().enumerate() {
         if listener.tls.is_some() {
             n.behaviour(
@@ -117,6 +101,29 @@ mod tests {
         );
         assert!(found.iter().all(|f| !f.is_error()));
         assert!(found[0].message.contains("Istio 1.30 does not translate"));
+
+        let sidecar: SidecarSpec = serde_json::from_value(json!({
+            "egress": [
+                {"port": {"number": 9080, "protocol": "HTTP", "name": "h"}, "bind": "127.0.0.1", "captureMode": "NONE", "hosts": ["./*"]},
+                {"port": {"number": 0, "protocol": "HTTP", "name": "u"}, "bind": "unix:///var/run/a.sock", "hosts": ["./*"]},
+                {"hosts": ["*/*"]}
+            ],
+            "ingress": [
+                {"port": {"number": 9443, "protocol": "HTTPS", "name": "s"}, "bind": "10.0.0.1", "captureMode": "NONE",
+                 "connectionPool": {"tcp": {"maxConnections": 1}},
+                 "tls": {"mode": "SIMPLE", "serverCertificate": "/c", "privateKey": "/k"}}
+            ],
+            "inboundConnectionPool": {"tcp": {"maxConnections": 2}}
+        }))
+        .unwrap();
+        let key = ConfigKey::new(ConfigKind::Sidecar, "ns", "n");
+        let found = sidecar_notices(&key, &sidecar);
+        assert_eq!(
+            paths(&found),
+            ["spec.ingress[0].tls"],
+            "binds, capture modes, Unix sockets and pools are translated; ingress TLS is ignored as Istio ignores it by default"
+        );
+        assert!(found[0].message.contains("ENABLE_TLS_ON_SIDECAR_INGRESS"));
 
         let se: ServiceEntrySpec = serde_json::from_value(json!({
             "hosts": ["a.example"],

@@ -48,6 +48,7 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::tcp_pro
 use pilotfish_mesh::api::MtlsMode;
 use pilotfish_mesh::mesh_config::OutboundTrafficPolicy;
 use pilotfish_mesh::model::{Protocol, Proxy};
+use pilotfish_mesh::push_context::sidecar::EgressScope;
 use pilotfish_mesh::push_context::{EffectiveMtls, PushContext};
 
 use super::eds::socket_address;
@@ -55,8 +56,8 @@ use super::findings::Finding;
 use super::inbound_mtls::{self, ChainProtocol};
 use super::l4::{cidr, cidr_key, l4_chains, tcp_proxy_filter};
 use super::names;
-use super::plan::{ClusterPlan, OutboundPlan, OutboundPort, outbound_ports};
-use super::route::{CORS_FILTER, FAULT_FILTER, ROUTER_FILTER, http_filter};
+use super::plan::{ClusterPlan, OutboundPlan, OutboundPort, bound_listeners, outbound_ports};
+use super::route::{CORS_FILTER, FAULT_FILTER, ROUTER_FILTER, RouteEnv, http_filter};
 use super::scope::InboundPort;
 use super::util::{ads_config_source, any, bool_value, u32_value, zero_duration};
 
@@ -132,9 +133,38 @@ pub fn sidecar_outbound_listeners(
         }
         if services.has_http() || !services.shared.is_empty() {
             out.push(shared_port_listener(
-                push, proxy, plan, port, &services, unknown, findings,
+                push,
+                proxy,
+                plan,
+                port,
+                &services,
+                plan.sidecar.listener_for_port(port),
+                names::sidecar_route(port),
+                unknown,
+                findings,
             ));
         }
+    }
+    for bound in bound_listeners(plan) {
+        let mut listener = shared_port_listener(
+            push,
+            proxy,
+            plan,
+            bound.port,
+            &bound.services(),
+            Some(bound.listener),
+            bound.route_name.clone(),
+            unknown,
+            findings,
+        );
+        listener.name = bound.name;
+        listener.address = Some(listener_address(&bound.address, bound.port));
+        if bound.binds {
+            // Istio's MAX_CONNECTIONS_PER_SOCKET_EVENT_LOOP default, on listeners that bind.
+            listener.bind_to_port = None;
+            listener.max_connections_to_accept_per_socket_event = u32_value(1);
+        }
+        out.push(listener);
     }
     out
 }
@@ -161,7 +191,14 @@ fn own_listener(
             sidecar_http_filters(c.port.protocol == Protocol::GrpcWeb),
         ))
     } else {
-        let chains = l4_chains(push, proxy, plan, c, port, &[], findings);
+        let env = RouteEnv {
+            push,
+            proxy,
+            plan,
+            port,
+            egress: plan.sidecar.listener_for_port(port),
+        };
+        let chains = l4_chains(&env, c, &[], findings);
         let mut claimed = HashSet::new();
         for m in chains.matched {
             if let Some(chain_match) = claim(&mut claimed, m.destination_cidrs, m.server_names) {
@@ -255,12 +292,15 @@ fn tls_inspector_for(chains: &[FilterChain]) -> Vec<ListenerFilter> {
 
 /// `0.0.0.0_<port>`: every service of the port without a listener of its own, and the
 /// port's HTTP catch-all.
+#[allow(clippy::too_many_arguments)]
 fn shared_port_listener(
     push: &PushContext,
     proxy: &Proxy,
     plan: &OutboundPlan,
     port: u32,
     services: &OutboundPort<'_>,
+    egress: Option<&EgressScope>,
+    route_name: String,
     unknown: &str,
     findings: &mut Vec<Finding>,
 ) -> Listener {
@@ -275,7 +315,14 @@ fn shared_port_listener(
     {
         let service_cidrs: Vec<CidrRange> =
             c.service.addresses.iter().filter_map(|a| cidr(a)).collect();
-        let l4 = l4_chains(push, proxy, plan, c, port, &service_cidrs, findings);
+        let env = RouteEnv {
+            push,
+            proxy,
+            plan,
+            port,
+            egress,
+        };
+        let l4 = l4_chains(&env, c, &service_cidrs, findings);
         for m in l4.matched {
             if let Some(chain_match) = claim(&mut claimed, m.destination_cidrs, m.server_names) {
                 // Unnamed: chains from one VirtualService can come with several services.
@@ -320,7 +367,7 @@ fn shared_port_listener(
             format!("outbound_0.0.0.0_{port}"),
             RouteSpecifier::Rds(Rds {
                 config_source: Some(ads_config_source(true)),
-                route_config_name: names::sidecar_route(port),
+                route_config_name: route_name,
             }),
             // Istio takes the port's protocol from one of its services; any grpc-web
             // service the catch-all routes gets the filter here (it acts only on

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use pilotfish_mesh::api::{Labels, SimpleLb};
 use pilotfish_mesh::model::{Protocol, Proxy, Resolution, Service, ServiceOrigin, ServicePort};
-use pilotfish_mesh::push_context::sidecar::SidecarScope;
+use pilotfish_mesh::push_context::sidecar::{EgressScope, SidecarScope};
 use pilotfish_mesh::push_context::{EffectiveDestinationRule, PushContext};
 
 use super::findings::{Downgrade, Finding};
@@ -175,9 +175,24 @@ impl OutboundPort<'_> {
 /// shared. ServiceEntry addresses are not used for listeners: clients commonly reach those
 /// hosts at addresses DNS gives them, so they are routed by Host, as Istio routes every
 /// HTTP service.
+///
+/// Under a Sidecar, a port carries the services of the egress listener that claims it
+/// (Istio's `GetEgressListenerForRDS`: the first listener on that port, else the
+/// catch-all), those its hosts import (a VirtualService's destinations get clusters, not
+/// listeners); a port whose listener has an address of its own (`bind`, `captureMode:
+/// NONE`) is left to [`bound_listeners`].
 pub fn outbound_ports(plan: &OutboundPlan) -> BTreeMap<u32, OutboundPort<'_>> {
+    let sidecar = &plan.sidecar;
     let mut by_port: BTreeMap<u32, Vec<&ClusterPlan>> = BTreeMap::new();
     for c in plan.clusters.iter().filter(|c| c.subset.is_empty()) {
+        if sidecar.is_scoped() {
+            let claimed = sidecar
+                .listener_for_port(c.port.port)
+                .is_some_and(|l| !l.has_own_address() && l.imports_service(&c.service.hostname));
+            if !claimed {
+                continue;
+            }
+        }
         by_port.entry(c.port.port).or_default().push(c);
     }
     by_port
@@ -200,6 +215,122 @@ pub fn outbound_ports(plan: &OutboundPlan) -> BTreeMap<u32, OutboundPort<'_>> {
             (port, out)
         })
         .collect()
+}
+
+/// An outbound listener of a Sidecar egress listener with an address of its own (Istio's
+/// `buildSidecarOutboundListeners` with a `bind` or `captureMode: NONE`): one per port the
+/// egress listener claims (a Unix domain socket: one for all), carrying every service
+/// its hosts import on that port, routed by Host (HTTP) or by address/SNI (TCP).
+#[derive(Debug)]
+pub struct BoundListener<'a> {
+    /// `<address>_<port>` (Istio's `getListenerName`).
+    pub name: String,
+    /// The `bind` (an IP or `unix://path`), else `127.0.0.1` (Istio's local host).
+    pub address: String,
+    /// The listener port; 0 on a Unix domain socket.
+    pub port: u32,
+    /// Whether the listener binds its address (`captureMode: NONE`, a Unix socket); a
+    /// `bind` alone is reached through `virtualOutbound`'s hand-off, as Istio.
+    pub binds: bool,
+    /// The route configuration of its HTTP connection manager: the port (`"<port>"`, as
+    /// Istio names it) or, on a Unix socket, the `bind`.
+    pub route_name: String,
+    /// Its services' whole-service clusters, as the listener sees them: with the egress
+    /// listener's protocol when it names one (Istio builds the listener for that
+    /// protocol), and TCP ones without their addresses (a listener with its own address
+    /// takes every connection, Istio matches no destination range there).
+    pub clusters: Vec<ClusterPlan>,
+    pub listener: &'a EgressScope,
+}
+
+impl BoundListener<'_> {
+    /// Its clusters as a port's services, all reached through this one listener.
+    pub fn services(&self) -> OutboundPort<'_> {
+        OutboundPort {
+            own_listeners: Vec::new(),
+            shared: self.clusters.iter().collect(),
+        }
+    }
+}
+
+/// The [`BoundListener`]s of a plan, in the Sidecar's listener order (an address and
+/// port claimed twice stays with the first, as Istio's listener map keeps it).
+pub fn bound_listeners(plan: &OutboundPlan) -> Vec<BoundListener<'_>> {
+    let sidecar = &plan.sidecar;
+    let mut out: Vec<BoundListener<'_>> = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    for l in sidecar.egress_listeners() {
+        if !l.has_own_address() {
+            continue;
+        }
+        let address = l.bind.clone().unwrap_or_else(|| "127.0.0.1".to_string());
+        let services = |port: Option<u32>| -> Vec<&ClusterPlan> {
+            let mut found: Vec<&ClusterPlan> = plan
+                .clusters
+                .iter()
+                .filter(|c| c.subset.is_empty() && l.imports_service(&c.service.hostname))
+                .filter(|c| port.is_none_or(|p| c.port.port == p))
+                .collect();
+            found.sort_by(|a, b| {
+                (&a.service.hostname, a.port.port).cmp(&(&b.service.hostname, b.port.port))
+            });
+            found
+        };
+        let mut ports: Vec<(u32, Vec<&ClusterPlan>)> = match l.port {
+            Some(0) => vec![(0, services(None))],
+            Some(port) => vec![(port, services(Some(port)))],
+            None => {
+                let mut by_port: BTreeMap<u32, Vec<&ClusterPlan>> = BTreeMap::new();
+                for c in services(None) {
+                    by_port.entry(c.port.port).or_default().push(c);
+                }
+                by_port.into_iter().collect()
+            }
+        };
+        ports.retain(|(port, _)| {
+            *port == 0
+                || sidecar
+                    .listener_for_port(*port)
+                    .is_some_and(|c| std::ptr::eq(c, l))
+        });
+        let protocol = l.protocol.as_deref().and_then(Protocol::from_istio_name);
+        for (port, shared) in ports {
+            let name = format!("{address}_{port}");
+            if !seen.insert(name.clone()) {
+                continue;
+            }
+            let clusters = shared
+                .into_iter()
+                .map(|c| {
+                    let mut c = c.clone();
+                    if let Some(p) = protocol {
+                        c.port.protocol = p;
+                    }
+                    if !c.port.protocol.is_http() && !c.service.addresses.is_empty() {
+                        c.service = Arc::new(Service {
+                            addresses: Vec::new(),
+                            ..(*c.service).clone()
+                        });
+                    }
+                    c
+                })
+                .collect();
+            out.push(BoundListener {
+                name,
+                address: address.clone(),
+                port,
+                binds: l.binds(),
+                route_name: if port == 0 {
+                    address.clone()
+                } else {
+                    port.to_string()
+                },
+                clusters,
+                listener: l,
+            });
+        }
+    }
+    out
 }
 
 /// The addresses a service may get its own listeners on: the IPs (not CIDRs) of a

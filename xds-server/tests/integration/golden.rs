@@ -82,6 +82,8 @@ const CASES: &[(&str, Option<&str>, &str)] = &[
     ("sidecar-ingress", None, "client"),
     ("sidecar-inbound-pool", None, "client"),
     ("sidecar-ingress-bind", None, "client"),
+    ("sidecar-egress-routes", None, "client"),
+    ("sidecar-egress-bind", None, "client"),
 ];
 
 const TYPES: [(XdsType, &str); 4] = [
