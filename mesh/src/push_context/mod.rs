@@ -36,8 +36,8 @@ pub use build::{BuildInputs, BuildOutput, build, build_endpoints_only};
 pub use diff::{ChangeSummary, diff};
 pub use peer_authn::EffectiveMtls;
 pub use validate::{
-    validate_destination_rule, validate_peer_authentication, validate_service_entry,
-    validate_sidecar, validate_virtual_service,
+    is_valid_cipher_suite, validate_destination_rule, validate_peer_authentication,
+    validate_service_entry, validate_sidecar, validate_virtual_service,
 };
 use visibility::DestinationRuleIndex;
 

@@ -40,9 +40,10 @@ pub fn virtual_service_notices(key: &ConfigKey, spec: &VirtualServiceSpec) -> Ve
     n.list
 }
 
-/// Notices about an accepted Sidecar. Every field is translated as Istio 1.30 translates
-/// it by default, so only ingress `tls` is noted: Istio ignores it unless
-/// `ENABLE_TLS_ON_SIDECAR_INGRESS` is set.
+/// Notices about an accepted Sidecar when Sidecar ingress TLS is off (the default). Every
+/// field is translated as Istio 1.30 translates it, so only ingress `tls` is noted: Istio
+/// ignores it unless `ENABLE_TLS_ON_SIDECAR_INGRESS` is set (Pilotfish:
+/// `--enable-tls-on-sidecar-ingress`).
 pub fn sidecar_notices(key: &ConfigKey, spec: &SidecarSpec) -> Vec<ConfigError> {
     let mut n = Notices {
         key,
@@ -52,7 +53,7 @@ pub fn sidecar_notices(key: &ConfigKey, spec: &SidecarSpec) -> Vec<ConfigError> 
         if listener.tls.is_some() {
             n.behaviour(
                 &format!("spec.ingress[{i}].tls"),
-                "ignored: Istio 1.30 applies a Sidecar ingress listener's TLS only with ENABLE_TLS_ON_SIDECAR_INGRESS (off by default), which Pilotfish does not offer; the port's chain follows the workload's PeerAuthentication",
+                "ignored, as Istio 1.30 ignores it unless ENABLE_TLS_ON_SIDECAR_INGRESS is set (Pilotfish: --enable-tls-on-sidecar-ingress, chart value controller.enableTlsOnSidecarIngress); the port's chain follows the workload's PeerAuthentication",
             );
         }
     }

@@ -54,6 +54,7 @@ use pilotfish_mesh::push_context::{EffectiveMtls, PushContext};
 use super::eds::socket_address;
 use super::findings::Finding;
 use super::inbound_mtls::{self, ChainProtocol};
+use super::inbound_tls;
 use super::l4::{cidr, cidr_key, l4_chains, tcp_proxy_filter};
 use super::names;
 use super::plan::{ClusterPlan, OutboundPlan, OutboundPort, bound_listeners, outbound_ports};
@@ -520,6 +521,19 @@ pub fn sidecar_inbound_listener(
     for p in inbound.filter(|p| p.port != names::VIRTUAL_INBOUND_PORT) {
         let chain_name = inbound_chain_name(p);
         let cluster = names::inbound_cluster(p.port);
+        // A Sidecar ingress `tls` applies only where the port's mTLS mode is DISABLE
+        // (Istio's buildInboundListeners); its chain sees the protocol after TLS.
+        let user_tls = p
+            .tls
+            .as_ref()
+            .filter(|_| mtls.for_port(p.port) == MtlsMode::Disable);
+        let p = &match user_tls {
+            Some(_) => InboundPort {
+                protocol: inbound_tls::after_termination(p.protocol),
+                ..p.clone()
+            },
+            None => p.clone(),
+        };
         let protocol = if p.protocol.is_http() {
             ChainProtocol::Http
         } else {
@@ -567,6 +581,15 @@ pub fn sidecar_inbound_listener(
                 Vec::new(),
             ),
         };
+        if let Some(tls) = user_tls {
+            chains.push(inbound_tls::chain(
+                &chain_name,
+                p.port,
+                &tls.value,
+                filter(),
+            ));
+            continue;
+        }
         chains.extend(mtls_chains(
             &chain_name,
             Some(p.port),

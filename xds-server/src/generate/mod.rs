@@ -28,6 +28,7 @@ pub mod eds;
 pub mod findings;
 pub mod identities;
 pub mod inbound_mtls;
+pub mod inbound_tls;
 pub mod json;
 pub mod l4;
 pub mod lds;

@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use pilotfish_mesh::api::{
     CaptureMode, ConnectionPoolSettings, IstioIngressListener, Labels, LoadBalancerSettings,
-    SidecarSpec, TrafficPolicy,
+    ServerTlsSettings, SidecarSpec, TrafficPolicy,
 };
 use pilotfish_mesh::model::{
     Locality, Protocol, Proxy, ProxyGenerator, Service, TargetPort, labels_match,
@@ -82,6 +82,10 @@ pub struct InboundPort {
     /// The inbound cluster's connection pool from the Sidecar
     /// ([`inbound_connection_pool`]); `None`: Istio's default pool.
     pub pool: Option<Canonical<ConnectionPoolSettings>>,
+    /// A Sidecar ingress listener's `tls` (kept in the snapshot only with
+    /// `--enable-tls-on-sidecar-ingress`): the port's chain terminates it when the
+    /// workload's mutual TLS mode for the port is DISABLE.
+    pub tls: Option<Canonical<ServerTlsSettings>>,
 }
 
 /// A value of the Istio API that a scope carries, compared, ordered and hashed by its
@@ -561,6 +565,7 @@ impl ScopeIndex {
                 bind: None,
                 bound: false,
                 pool: None,
+                tls: None,
             })
             .collect()
     }
@@ -647,6 +652,7 @@ fn ingress_ports(ingress: &[IstioIngressListener], proxy: &Proxy) -> Vec<Inbound
             bind,
             bound,
             pool: None,
+            tls: listener.tls.as_ref().map(Canonical::new),
         });
     }
     out.into_values().collect()
@@ -839,6 +845,7 @@ spec:
                 bind: None,
                 bound: false,
                 pool: None,
+                tls: None,
             }],
             "target port, and no UDP"
         );

@@ -1,5 +1,5 @@
 //! Golden files of the generators: for each case under `tests/golden/<case>/` (input
-//! `input.yaml`, optional `mesh.yaml`; the bookinfo case reads `examples/bookinfo/`), the
+//! `input.yaml`, optional `mesh.yaml` and `flags` (server switches, one a line); the bookinfo case reads `examples/bookinfo/`), the
 //! CDS, EDS, LDS and RDS a sidecar and a proxyless client receive, as proto JSON in
 //! `<node>.<type>.json`. `UPDATE_GOLDEN=1` rewrites them; review the diff.
 //!
@@ -84,6 +84,7 @@ const CASES: &[(&str, Option<&str>, &str)] = &[
     ("sidecar-ingress-bind", None, "client"),
     ("sidecar-egress-routes", None, "client"),
     ("sidecar-egress-bind", None, "client"),
+    ("sidecar-ingress-tls", None, "client"),
 ];
 
 const TYPES: [(XdsType, &str); 4] = [
@@ -147,11 +148,15 @@ pub fn case_snapshot(
     node_pod: &str,
 ) -> (GeneratedSnapshot, Proxy, Proxy) {
     let (objects, mesh) = load(case, source);
+    // A case's `flags` file names the server switches it runs with, one a line.
+    let flags = std::fs::read_to_string(golden_dir(case).join("flags")).unwrap_or_default();
+    let flag = |name: &str| flags.lines().any(|l| l.trim() == name);
     let inputs = to_inputs(
         &objects,
         BuildInputs {
             mesh,
             cluster_domain: "cluster.local".into(),
+            enable_tls_on_sidecar_ingress: flag("enable-tls-on-sidecar-ingress"),
             ..Default::default()
         },
     );

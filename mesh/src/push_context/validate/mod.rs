@@ -18,7 +18,7 @@ mod virtual_service;
 pub use destination_rule::validate_destination_rule;
 pub use peer_authentication::validate_peer_authentication;
 pub use service_entry::validate_service_entry;
-pub use sidecar::validate_sidecar;
+pub use sidecar::{is_valid_cipher_suite, validate_sidecar};
 pub use virtual_service::validate_virtual_service;
 
 use crate::config::ConfigError;
