@@ -210,7 +210,10 @@ fn fallback_vhost(plan: &OutboundPlan) -> VirtualHost {
 
 /// A proxyless client's route configurations, one per whole-service cluster, but for
 /// those whose name `reused` accepts (the caller holds them); what translation and the
-/// proxyless pass noticed goes to `findings`.
+/// proxyless pass noticed goes to `findings`. Under a Sidecar, as Istio's gRPC generator
+/// builds them from the egress listener claiming the port, a service that listener does
+/// not import itself (one a listener with that port leaves out, or a VirtualService
+/// destination only) gets a configuration without virtual hosts: its calls fail.
 pub fn proxyless_route_configs(
     push: &PushContext,
     proxy: &Proxy,
@@ -234,6 +237,16 @@ pub fn proxyless_route_configs(
             let name = names::host_port(&c.service.hostname, port);
             let domains =
                 names::service_domains(&c.service, port, &proxy.namespace, push.cluster_domain());
+            let routed = !plan.sidecar.is_scoped()
+                || env
+                    .egress
+                    .is_some_and(|l| l.imports_service(&c.service.hostname));
+            if !routed {
+                return RouteConfiguration {
+                    name,
+                    ..Default::default()
+                };
+            }
             RouteConfiguration {
                 name: name.clone(),
                 virtual_hosts: vec![VirtualHost {
