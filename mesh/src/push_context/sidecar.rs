@@ -700,6 +700,22 @@ impl SidecarScope {
             .find(|l| l.port.is_none() || (port != 0 && l.port == Some(port)))
     }
 
+    /// The catch-all egress listener (the one without a port), if any.
+    pub fn catch_all(&self) -> Option<&EgressScope> {
+        self.egress_listeners().iter().find(|l| l.port.is_none())
+    }
+
+    /// The egress listener whose VirtualServices route service `hostname` on `port`: the
+    /// one claiming the port when it imports the service, else the catch-all when it does
+    /// (Istio still builds the catch-all's TCP services their virtual-IP listeners on a
+    /// port another listener claims, with the catch-all's VirtualServices).
+    pub fn listener_for_service(&self, hostname: &str, port: u32) -> Option<&EgressScope> {
+        match self.listener_for_port(port) {
+            Some(l) if l.imports_service(hostname) => Some(l),
+            _ => self.catch_all().filter(|l| l.imports_service(hostname)),
+        }
+    }
+
     /// The Unix domain socket listener bound to `bind`.
     pub fn listener_for_unix(&self, bind: &str) -> Option<&EgressScope> {
         self.egress_listeners()
@@ -1087,6 +1103,20 @@ spec:
         };
         assert_eq!(names(Some(socket)), ["b/api"], "b's only");
         assert_eq!(names(scope.listener_for_port(80)), ["team-a/api-a"]);
+        assert!(
+            std::ptr::eq(
+                scope
+                    .listener_for_service("web.a.svc.cluster.local", 80)
+                    .unwrap(),
+                catch_all
+            ),
+            "a service the port's listener does not import is the catch-all's there"
+        );
+        assert!(
+            scope
+                .listener_for_service("telemetry.istio-system.svc.cluster.local", 80)
+                .is_some_and(|l| l.port == Some(80))
+        );
         let unscoped = ctx.sidecar_scope(None, "a");
         assert!(unscoped.listener_for_port(80).is_none());
         assert!(

@@ -197,7 +197,7 @@ fn own_listener(
             proxy,
             plan,
             port,
-            egress: plan.sidecar.listener_for_port(port),
+            egress: plan.sidecar.listener_for_service(&c.service.hostname, port),
         };
         let chains = l4_chains(&env, c, &[], findings);
         let mut claimed = HashSet::new();

@@ -183,31 +183,43 @@ impl OutboundPort<'_> {
 /// NONE`) is left to [`bound_listeners`].
 pub fn outbound_ports(plan: &OutboundPlan) -> BTreeMap<u32, OutboundPort<'_>> {
     let sidecar = &plan.sidecar;
-    let mut by_port: BTreeMap<u32, Vec<&ClusterPlan>> = BTreeMap::new();
+    // (cluster, whether it may only have listeners of its own on its virtual IPs)
+    let mut by_port: BTreeMap<u32, Vec<(&ClusterPlan, bool)>> = BTreeMap::new();
     for c in plan.clusters.iter().filter(|c| c.subset.is_empty()) {
+        let mut vip_only = false;
         if sidecar.is_scoped() {
-            let claimed = sidecar
-                .listener_for_port(c.port.port)
-                .is_some_and(|l| !l.has_own_address() && l.imports_service(&c.service.hostname));
-            if !claimed {
+            let host = &c.service.hostname;
+            let port = sidecar.listener_for_port(c.port.port);
+            let claimed = port.is_some_and(|l| !l.has_own_address() && l.imports_service(host));
+            // Istio's listener map locks the shared `0.0.0.0_<port>` a listener with a
+            // port built, but not a virtual IP's: the catch-all's TCP services keep those.
+            vip_only = !claimed
+                && !c.port.protocol.is_http()
+                && port.is_some_and(|l| l.port.is_some())
+                && sidecar
+                    .catch_all()
+                    .is_some_and(|l| !l.has_own_address() && l.imports_service(host));
+            if !claimed && !vip_only {
                 continue;
             }
         }
-        by_port.entry(c.port.port).or_default().push(c);
+        by_port.entry(c.port.port).or_default().push((c, vip_only));
     }
     by_port
         .into_iter()
         .map(|(port, mut services)| {
-            services.sort_by(|a, b| a.service.hostname.cmp(&b.service.hostname));
+            services.sort_by(|a, b| a.0.service.hostname.cmp(&b.0.service.hostname));
             let mut claimed: HashSet<&str> = HashSet::new();
             let mut out = OutboundPort::default();
-            for c in services {
+            for (c, vip_only) in services {
                 let ips: Vec<String> = own_listener_ips(&c.service)
                     .filter(|ip| claimed.insert(ip))
                     .map(str::to_string)
                     .collect();
                 if ips.is_empty() {
-                    out.shared.push(c);
+                    if !vip_only {
+                        out.shared.push(c);
+                    }
                 } else {
                     out.own_listeners.push((c, ips));
                 }
