@@ -187,7 +187,18 @@ impl Scope {
         };
         match part {
             Part::InboundClusters => {
-                s.inbound = self.inbound.clone();
+                // Clusters read a port's protocol, endpoint and pool, not where its chain
+                // listens nor its TLS.
+                s.inbound = self
+                    .inbound
+                    .iter()
+                    .map(|p| InboundPort {
+                        bind: None,
+                        bound: false,
+                        tls: None,
+                        ..p.clone()
+                    })
+                    .collect();
             }
             Part::InboundListener => {
                 s.inbound = self.inbound.clone();
@@ -829,6 +840,62 @@ spec:
                 subzone: unknown(),
             }),
             "the node's locality, classed: no endpoint or rule names any of its parts"
+        );
+    }
+
+    #[test]
+    fn sidecar_ingress_settings_split_only_the_parts_that_read_them() {
+        let mesh = format!(
+            "{MESH}---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {{name: web, namespace: shop}}
+spec:
+  workloadSelector: {{labels: {{app: web}}}}
+  inboundConnectionPool: {{tcp: {{maxConnections: 5}}}}
+  ingress:
+  - port: {{number: 9080, protocol: HTTP, name: http}}
+    captureMode: NONE
+    defaultEndpoint: 127.0.0.1:8080
+"
+        );
+        let parsed = parse_text(std::path::Path::new("t.yaml"), &mesh);
+        assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+        let inputs = to_inputs(
+            &parsed.objects,
+            BuildInputs {
+                cluster_domain: "cluster.local".into(),
+                ..Default::default()
+            },
+        );
+        let index = ScopeIndex::new(&build(&inputs, None).context);
+        let at = |ip: &str| {
+            index.scope(&Proxy {
+                ips: vec![ip.parse().unwrap()],
+                ..proxy(&[("app", "web")])
+            })
+        };
+        let (a, b) = (at("10.0.0.1"), at("10.0.0.2"));
+        assert_eq!(a.inbound[0].bind.as_deref(), Some("10.0.0.1"));
+        assert!(a.inbound[0].bound);
+        assert!(
+            a.inbound[0].pool.is_some(),
+            "inboundConnectionPool for the port"
+        );
+        assert_ne!(
+            a.for_part(Part::InboundListener),
+            b.for_part(Part::InboundListener),
+            "a bound listener without bind listens on the proxy's own IP"
+        );
+        assert_eq!(
+            a.for_part(Part::InboundClusters),
+            b.for_part(Part::InboundClusters),
+            "the clusters do not read where the listener binds"
+        );
+        let other = index.scope(&proxy(&[("app", "worker")]));
+        assert_ne!(
+            a.for_part(Part::InboundClusters),
+            other.for_part(Part::InboundClusters)
         );
     }
 
