@@ -57,6 +57,10 @@ pub struct OutboundPlan {
     pub clusters: Vec<ClusterPlan>,
     by_name: HashMap<String, usize>,
     pub sidecar: Arc<SidecarScope>,
+    /// Whole-service clusters as the listeners see them where a Sidecar egress listener
+    /// with a port names a protocol other than the service port's (Istio builds that
+    /// port's listeners for the listener's protocol; the cluster keeps the service's).
+    listener_views: HashMap<String, ClusterPlan>,
 }
 
 impl OutboundPlan {
@@ -78,11 +82,35 @@ impl OutboundPlan {
             .enumerate()
             .map(|(i, c)| (c.name.clone(), i))
             .collect();
+        let mut listener_views = HashMap::new();
+        for c in clusters.iter().filter(|c| c.subset.is_empty()) {
+            let protocol = sidecar
+                .listener_for_port(c.port.port)
+                .filter(|l| {
+                    l.port.is_some_and(|p| p != 0)
+                        && !l.has_own_address()
+                        && l.imports_service(&c.service.hostname)
+                })
+                .and_then(|l| l.protocol.as_deref())
+                .and_then(Protocol::from_istio_name);
+            if let Some(protocol) = protocol.filter(|p| *p != c.port.protocol) {
+                let mut view = c.clone();
+                view.port.protocol = protocol;
+                listener_views.insert(c.name.clone(), view);
+            }
+        }
         OutboundPlan {
             clusters,
             by_name,
             sidecar,
+            listener_views,
         }
+    }
+
+    /// A whole-service cluster as the outbound listeners and routes see it (see
+    /// `listener_views`).
+    pub fn listener_view<'a>(&'a self, c: &'a ClusterPlan) -> &'a ClusterPlan {
+        self.listener_views.get(&c.name).unwrap_or(c)
     }
 }
 
@@ -186,6 +214,7 @@ pub fn outbound_ports(plan: &OutboundPlan) -> BTreeMap<u32, OutboundPort<'_>> {
     // (cluster, whether it may only have listeners of its own on its virtual IPs)
     let mut by_port: BTreeMap<u32, Vec<(&ClusterPlan, bool)>> = BTreeMap::new();
     for c in plan.clusters.iter().filter(|c| c.subset.is_empty()) {
+        let c = plan.listener_view(c);
         let mut vip_only = false;
         if sidecar.is_scoped() {
             let host = &c.service.hostname;
