@@ -5,9 +5,14 @@
 //! outbound listeners that are not bound (traffic arrives through `virtualOutbound`, which
 //! hands a connection to the listener of its exact address, else to `0.0.0.0_<port>`), and
 //! `virtualInbound` (0.0.0.0:15006) with the filter chains of each port of the workload
-//! itself and of the passthrough, per the workload's PeerAuthentication mode.
+//! itself and of the passthrough, per the workload's PeerAuthentication mode. A Sidecar's
+//! ingress listeners with `captureMode: NONE` get listeners of their own bound to their
+//! address ([`bound_inbound_listeners`]), and its egress listeners with an address of
+//! their own (`bind`, `captureMode: NONE`, a Unix socket) get `<bind>_<port>` listeners
+//! ([`bound_listeners`]) instead of the shape below.
 //!
-//! Outbound, as [`outbound_ports`] decides per port:
+//! Outbound, as [`outbound_ports`] decides per port (under a Sidecar: for the services of
+//! the egress listener claiming the port):
 //! - each Kubernetes service with a virtual IP gets `<ip>_<port>`: an HTTP connection
 //!   manager asking RDS for the service's own route configuration `<fqdn>:<port>`, or the
 //!   service's tcp_proxy. Adding or removing a service adds or removes its listeners and
