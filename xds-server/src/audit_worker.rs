@@ -138,9 +138,15 @@ mod tests {
         }
         let mut seen = Vec::new();
         while seen.last().map(|(v, _, _)| *v) != Some(50) {
-            seen.push(rx.recv_timeout(Duration::from_secs(30)).expect("an audit report"));
+            seen.push(
+                rx.recv_timeout(Duration::from_secs(30))
+                    .expect("an audit report"),
+            );
         }
-        assert!(seen.windows(2).all(|w| w[0].0 < w[1].0), "in order, none twice: {seen:?}");
+        assert!(
+            seen.windows(2).all(|w| w[0].0 < w[1].0),
+            "in order, none twice: {seen:?}"
+        );
         assert!(seen.iter().all(|(_, broken, _)| *broken == 0));
         assert_eq!(seen[0].2, Some(19), "the audit thread runs at nice 19");
         drop(worker);
