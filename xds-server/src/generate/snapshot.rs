@@ -47,7 +47,7 @@ use crate::ads::{ChangeKind, Resource, XdsSnapshot, XdsType, shared_part};
 
 use super::auto_mtls::all_run_sidecars;
 use super::canonical::canonicalize;
-use super::findings::{Finding, RouteKind};
+use super::findings::{Finding, LogWindow, RouteKind};
 use super::identities::endpoint_identities;
 use super::metrics::{
     GENERATIONS, INCONSISTENT_REFERENCES, PROXYLESS_DOWNGRADES, UNRESOLVED_DESTINATIONS,
@@ -256,6 +256,9 @@ pub struct GeneratedSnapshot {
     generated_resources: [AtomicU64; PARTS],
     reused_parts: AtomicU64,
     reused_resources: AtomicU64,
+    /// Which findings were logged lately; shared along a chain of snapshots (`following`),
+    /// so a finding every snapshot meets again is logged once per window, not per edit.
+    log_window: Arc<Mutex<LogWindow>>,
 }
 
 const PARTS: usize = 6;
@@ -301,6 +304,7 @@ impl GeneratedSnapshot {
             generated_resources: Default::default(),
             reused_parts: AtomicU64::new(0),
             reused_resources: AtomicU64::new(0),
+            log_window: Arc::default(),
         }
     }
 
@@ -319,7 +323,13 @@ impl GeneratedSnapshot {
             previous: Arc::downgrade(previous),
             summary,
         });
+        snapshot.log_window = previous.log_window.clone();
         snapshot
+    }
+
+    /// Logs and counts what generating a part of this snapshot noticed.
+    pub(crate) fn report(&self, findings: &[Finding]) {
+        report(findings, &self.log_window);
     }
 
     /// Resources of `part` generated (not taken from the previous snapshot) so far.
@@ -525,7 +535,7 @@ impl GeneratedSnapshot {
             Flavor::of(proxy),
             &mut findings,
         ));
-        report(&findings);
+        self.report(&findings);
         let mut plans = lock();
         // Forget plans no part generation holds any more, so the map stays as small as
         // the scopes being generated at once.
@@ -563,7 +573,7 @@ impl GeneratedSnapshot {
             GENERATIONS.with_label_values(&[part_label(part)]).inc();
             let mut findings = Vec::new();
             let resources = self.generate(proxy, scope, part, &mut findings);
-            report(&findings);
+            self.report(&findings);
             shared_part(resources)
         })
     }
@@ -683,8 +693,17 @@ pub fn note_unsupported_proxy(proxy: &Proxy) {
 
 /// Logs and counts what generating one part (or plan, or the audit) noticed; the
 /// generators only return it.
-pub(crate) fn report(findings: &[Finding]) {
+fn report(findings: &[Finding], window: &Mutex<LogWindow>) {
+    let now = std::time::Instant::now();
     for finding in findings {
+        count(finding);
+        if !window
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .admit(finding, now)
+        {
+            continue;
+        }
         match finding {
             Finding::Downgrade(d) => {
                 tracing::warn!(
@@ -693,7 +712,6 @@ pub(crate) fn report(findings: &[Finding]) {
                     "proxyless gRPC clients do not support {}; left out for them",
                     d.what
                 );
-                PROXYLESS_DOWNGRADES.with_label_values(&[d.feature]).inc();
             }
             Finding::UnresolvedDestination {
                 kind: RouteKind::Http,
@@ -705,9 +723,6 @@ pub(crate) fn report(findings: &[Finding]) {
                     namespace = %namespace,
                     "route destination has no cluster for this proxy (unknown or invisible host or port); it answers 503"
                 );
-                UNRESOLVED_DESTINATIONS
-                    .with_label_values(&[RouteKind::Http.label()])
-                    .inc();
             }
             Finding::UnresolvedDestination {
                 kind: RouteKind::Tcp,
@@ -715,9 +730,6 @@ pub(crate) fn report(findings: &[Finding]) {
                 ..
             } => {
                 tracing::warn!(cluster = %cluster, "TCP route destination has no cluster for this proxy; connections are refused");
-                UNRESOLVED_DESTINATIONS
-                    .with_label_values(&[RouteKind::Tcp.label()])
-                    .inc();
             }
             Finding::PseudoHeader { header } => {
                 tracing::warn!(
@@ -732,17 +744,30 @@ pub(crate) fn report(findings: &[Finding]) {
                     "endpoint address is not an IP; left out of EDS"
                 );
             }
-            Finding::InconsistentReference { reference, kind } => {
+            Finding::InconsistentReference { reference, .. } => {
                 tracing::error!(
                     reference = reference.as_str(),
                     "inconsistent generated reference (a Pilotfish bug); replaced before sending"
                 );
-                INCONSISTENT_REFERENCES.with_label_values(&[kind]).inc();
             }
             Finding::VirtualHostSkipped { vhost, reason } => {
                 tracing::debug!(vhost = %vhost, "{reason}");
             }
         }
+    }
+}
+
+/// Counts one finding (every occurrence; the log line is rate-limited, the metric not).
+fn count(finding: &Finding) {
+    match finding {
+        Finding::Downgrade(d) => PROXYLESS_DOWNGRADES.with_label_values(&[d.feature]).inc(),
+        Finding::UnresolvedDestination { kind, .. } => UNRESOLVED_DESTINATIONS
+            .with_label_values(&[kind.label()])
+            .inc(),
+        Finding::InconsistentReference { kind, .. } => {
+            INCONSISTENT_REFERENCES.with_label_values(&[kind]).inc()
+        }
+        _ => {}
     }
 }
 

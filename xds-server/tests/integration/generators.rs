@@ -297,6 +297,42 @@ fn findings_are_reported_once_per_generated_part() {
         unresolved[0].contains("cluster=outbound|80||nowhere.example.com"),
         "{logs}"
     );
+
+    // The next snapshots regenerate the part (a new push), meet the same finding and
+    // count it, but do not log it again within the window; an unrelated snapshot does.
+    let snapshot = Arc::new(snapshot);
+    // A Service added elsewhere each time: every part is generated again (none reused).
+    let grown = |name: &str, ip: &str| {
+        format!(
+            "{SHOP}---\napiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: other}}\nspec:\n  clusterIP: {ip}\n  ports: [{{name: http, port: 80}}]\n"
+        )
+    };
+    let next = Arc::new(GeneratedSnapshot::following(
+        &snapshot,
+        Arc::new(push(&grown("extra", "10.96.0.9"))),
+        2,
+    ));
+    let unrelated = GeneratedSnapshot::new(Arc::new(push(SHOP)), 1, ChangeKind::Full);
+    let client = Proxy {
+        generator: ProxyGenerator::Grpc,
+        ..sidecar("shop", &[])
+    };
+    let logs = logs_of(|| {
+        assert!(!names(&next, &client, ROUTE_TYPE, None).is_empty());
+        let third =
+            GeneratedSnapshot::following(&next, Arc::new(push(&grown("more", "10.96.0.10"))), 3);
+        assert!(!names(&third, &client, ROUTE_TYPE, None).is_empty());
+        assert!(next.generations() > 0 && third.generations() > 0);
+    });
+    assert!(
+        !logs.contains("route destination has no cluster for this proxy"),
+        "{logs}"
+    );
+    let logs = logs_of(|| assert!(!names(&unrelated, &client, ROUTE_TYPE, None).is_empty()));
+    assert!(
+        logs.contains("route destination has no cluster for this proxy"),
+        "{logs}"
+    );
 }
 
 #[test]
