@@ -81,6 +81,25 @@ impl Target {
     }
 }
 
+/// The RBAC filters of a sidecar's `virtualInbound`: HTTP filters for its HTTP chains
+/// (before the router, after authentication), network filters for its TCP chains and the
+/// passthrough (before `tcp_proxy`). Both empty when no policy applies.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InboundRbac {
+    pub http: Vec<HttpFilter>,
+    pub network: Vec<Filter>,
+}
+
+impl InboundRbac {
+    /// The filters for a workload under `authz`.
+    pub fn new(authz: &WorkloadAuthorization, trust_domain: &str) -> Self {
+        InboundRbac {
+            http: sidecar_http_filters(authz, trust_domain),
+            network: sidecar_network_filters(authz, trust_domain),
+        }
+    }
+}
+
 /// The RBAC HTTP filters of a sidecar's inbound HTTP chains, in Istio's order (CUSTOM's
 /// DENY, then AUDIT, DENY, ALLOW); empty when no policy applies.
 pub fn sidecar_http_filters(authz: &WorkloadAuthorization, trust_domain: &str) -> Vec<HttpFilter> {
