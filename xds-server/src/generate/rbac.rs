@@ -466,11 +466,8 @@ fn generate(
     target: Target,
     action: rbac::Action,
 ) -> Option<Policy> {
-    let (base_permission, base_principal) = match conditions(rule, td) {
-        Some(fields) => fields,
-        // An unknown `when` key (validation keeps these out): Istio skips the rule.
-        None => return None,
-    };
+    // An unknown `when` key (validation keeps these out): Istio skips the rule.
+    let (base_permission, base_principal) = conditions(rule, td)?;
     let mut principals_lists: Vec<Vec<Field>> = Vec::new();
     for from in rule.from() {
         let mut fields: Vec<Field> = Vec::new();
