@@ -139,12 +139,14 @@ pub fn sidecar_network_filters(authz: &WorkloadAuthorization, trust_domain: &str
 
 /// The RBAC HTTP filters a proxyless gRPC server's inbound listener carries, before its
 /// router (Istio's `grpcgen` `buildInboundFilterChain`): gRPC supports ALLOW and DENY
-/// only, so AUDIT policies are left out and a CUSTOM policy's rules join the DENY filter
-/// (`envoy.filters.http.rbac.DENY`, then `envoy.filters.http.rbac`); policies are named
-/// `<ns>-<name>-<i>`; no dry-run. One deliberate difference from Istio 1.30.3: an ALLOW
-/// policy without rules (`{}`, allow nothing) gets the never-matching policy, as on
-/// sidecars — Istio's proxyless generator emits no ALLOW filter for it, which would allow
-/// everything. Empty when no ALLOW or DENY policy applies.
+/// only, so AUDIT policies are left out (`envoy.filters.http.rbac.DENY`, then
+/// `envoy.filters.http.rbac`); policies are named `<ns>-<name>-<i>`; no dry-run. Two
+/// deliberate differences from Istio 1.30.3, both so that what cannot be enforced never
+/// allows: an ALLOW policy without rules (`{}`, allow nothing) gets the never-matching
+/// policy, as on sidecars (Istio's proxyless generator emits no ALLOW filter for it, which
+/// allows everything), and a CUSTOM policy's rules join the DENY filter (Istio's ignores
+/// CUSTOM). Empty when no ALLOW, DENY or CUSTOM policy applies. The caller selects the
+/// policies (`PushContext::authorization_for_workload`, or a scope's `authz`).
 pub fn proxyless_http_filters(
     authz: &WorkloadAuthorization,
     trust_domain: &str,
