@@ -35,6 +35,7 @@ pub mod metrics;
 pub mod names;
 pub mod plan;
 pub mod policy;
+pub mod rbac;
 pub mod rds;
 pub mod route;
 pub mod sanitize;

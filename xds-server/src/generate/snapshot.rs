@@ -54,6 +54,7 @@ use super::metrics::{
     UNSUPPORTED_PROXIES,
 };
 use super::plan::{OutboundPlan, outbound_plan, outbound_ports};
+use super::rbac;
 use super::sanitize::{sanitize_listeners, sanitize_routes};
 use super::scope::{Flavor, Part, Scope, ScopeIndex};
 use super::util::resource_any;
@@ -653,8 +654,13 @@ impl GeneratedSnapshot {
             }
             Part::InboundListener => {
                 let mtls = scope.inbound_mtls.clone().unwrap_or_default();
+                let trust_domain = &push.mesh().trust_domain;
+                let rbac = rbac::InboundRbac::new(
+                    &self.index.workload_authorization(&scope.authz),
+                    trust_domain,
+                );
                 let listener =
-                    lds::sidecar_inbound_listener(&scope.inbound, &mtls, &push.mesh().trust_domain);
+                    lds::sidecar_inbound_listener(&scope.inbound, &mtls, trust_domain, &rbac);
                 encode(vec![listener], |l| &l.name)
             }
             Part::Routes => {
