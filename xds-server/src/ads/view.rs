@@ -243,8 +243,9 @@ impl ServedSnapshot {
     }
 
     /// The view of `xds_type` for `proxy` and a subscription: every resource when `names`
-    /// is `None`, else those of `names` that exist. Computed once and shared while any
-    /// stream holds it.
+    /// is `None`, else those of `names` that exist (in the snapshot's parts, or among the
+    /// resources that exist only when named, [`XdsSnapshot::named_parts`]). Computed once
+    /// and shared while any stream holds it.
     pub fn view(
         &self,
         proxy: &Proxy,
@@ -254,9 +255,17 @@ impl ServedSnapshot {
         if names.is_some_and(|n| n.is_empty()) {
             return Arc::new(View::empty(xds_type));
         }
+        let mut parts = self.snapshot.parts(proxy, xds_type);
+        if let Some(names) = names {
+            parts.extend(self.snapshot.named_parts(
+                proxy,
+                xds_type,
+                &mut names.iter().map(String::as_str),
+            ));
+        }
         let key = ViewKey {
             xds_type,
-            parts: self.snapshot.parts(proxy, xds_type),
+            parts,
             names: names.cloned(),
         };
         if let Some(view) = self.lock().views.get(&key).and_then(Weak::upgrade) {
