@@ -14,6 +14,7 @@ mod controller_discovery;
 mod controller_k8s;
 mod helm_chart;
 mod istio_crds;
+mod proxyless_security;
 mod redis_e2e;
 mod reliability;
 mod secure_xds;
