@@ -7,6 +7,7 @@ mod apiserver_binary;
 mod apiserver_helm;
 mod apiserver_kube;
 mod apiserver_kubectl;
+mod apiserver_rbac;
 mod apiserver_tokens;
 mod bus_redis;
 mod config_folder;
