@@ -124,6 +124,7 @@ fn valid_documents_round_trip() {
             IstioResource::ServiceEntry(o) => serde_json::to_value(o),
             IstioResource::PeerAuthentication(o) => serde_json::to_value(o),
             IstioResource::Sidecar(o) => serde_json::to_value(o),
+            IstioResource::AuthorizationPolicy(o) => serde_json::to_value(o),
         }
         .unwrap();
         let mut original = normalize(&value);

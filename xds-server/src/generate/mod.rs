@@ -38,6 +38,7 @@ pub mod names;
 pub mod plan;
 pub mod policy;
 pub mod proxyless_inbound;
+pub mod rbac;
 pub mod rds;
 pub mod route;
 pub mod sanitize;
