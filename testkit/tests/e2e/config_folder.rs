@@ -144,9 +144,16 @@ fn a_mixed_folder_is_served_and_a_quiet_folder_costs_nothing() {
         serde_json::json!(["bookinfo/default"]),
         "{snapshot}"
     );
+    // AuthorizationPolicy is read too (bookinfo's allow-nothing policy).
+    assert_eq!(
+        snapshot["authorization_policies"],
+        serde_json::json!(["bookinfo/deny-all"]),
+        "{snapshot}"
+    );
     for kind in [
         "security.istio.io/v1/PeerAuthentication",
         "networking.istio.io/v1/Sidecar",
+        "security.istio.io/v1/AuthorizationPolicy",
     ] {
         assert_eq!(
             server
@@ -160,10 +167,7 @@ fn a_mixed_folder_is_served_and_a_quiet_folder_costs_nothing() {
         );
     }
     // Each unsupported kind is counted; nothing failed to parse.
-    for (kind, n) in [
-        ("networking.istio.io/v1/Gateway", 2.0),
-        ("security.istio.io/v1/AuthorizationPolicy", 1.0),
-    ] {
+    for (kind, n) in [("networking.istio.io/v1/Gateway", 2.0)] {
         let found = server
             .metric(
                 "pilotfish_source_ignored_objects",
