@@ -12,7 +12,10 @@
 //! 2. PeerAuthentication STRICT: the plaintext client is refused, and so is the client
 //!    with xDS credentials, since no DestinationRule tells it to use mTLS;
 //! 3. a DestinationRule `ISTIO_MUTUAL`: the client with xDS credentials talks mTLS and the
-//!    server sees its SPIFFE identity; the plaintext client is still refused.
+//!    server sees its SPIFFE identity; the plaintext client is still refused;
+//! 4. AuthorizationPolicies on the server (gRPC's RBAC filters, gRFC A41): DENY one method
+//!    — it fails with `PERMISSION_DENIED` — and ALLOW the client's principal, so the other
+//!    method still works.
 
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
@@ -86,6 +89,25 @@ spec:
   host: greeter.default.svc.cluster.local
   trafficPolicy:
     tls: {mode: ISTIO_MUTUAL}
+";
+
+const AUTHORIZATION: &str = "apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-who, namespace: default}
+spec:
+  selector: {matchLabels: {app: greeter}}
+  action: DENY
+  rules:
+  - to: [{operation: {paths: [/pilotfish.test.Echo/Who]}}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: allow-client, namespace: default}
+spec:
+  selector: {matchLabels: {app: greeter}}
+  action: ALLOW
+  rules:
+  - from: [{source: {principals: [cluster.local/ns/default/sa/greeter-client]}}]
 ";
 
 /// Writes `file` into the mesh folder atomically (the folder source reads a file its
@@ -263,6 +285,22 @@ async fn proxyless_mtls_from_peer_authentication_and_istio_mutual() {
         let tally = client.rpcs_of(TARGET, PEER, ChannelCreds::Xds, 20).unwrap();
         assert_eq!(tally.counts.get(CLIENT_IDENTITY), Some(&20), "{tally:?}");
         assert_refused(&mut client, WHO, ChannelCreds::Insecure, "UNAVAILABLE");
+        assert_eq!(
+            client
+                .rpcs_of(TARGET, WHO, ChannelCreds::Xds, 3)
+                .unwrap()
+                .counts
+                .get("greeter"),
+            Some(&3),
+            "no policy yet: every method works"
+        );
+
+        // 4. AuthorizationPolicy: Who is denied, Peer is allowed for the client.
+        write_config(mesh.path(), "authorization.yaml", AUTHORIZATION);
+        until(&mut client, WHO, ChannelCreds::Xds, "PERMISSION_DENIED");
+        assert_refused(&mut client, WHO, ChannelCreds::Xds, "PERMISSION_DENIED");
+        let tally = client.rpcs_of(TARGET, PEER, ChannelCreds::Xds, 5).unwrap();
+        assert_eq!(tally.counts.get(CLIENT_IDENTITY), Some(&5), "{tally:?}");
     });
     eprintln!(
         "proxyless_security: {:.1} s",

@@ -15,7 +15,8 @@
 //!   ([`super::scope::proxyless_server_mtls`]).
 //! - The chain's HTTP connection manager carries its route configuration inline (one
 //!   virtual host `*`, one route `/` with `non_forwarding_action`, which is what gRPC
-//!   servers accept), and the HTTP filters it is given (RBAC) before the router, last.
+//!   servers accept), and the HTTP filters it is given — the AuthorizationPolicies' RBAC
+//!   filters (`super::rbac::proxyless_http_filters`) — before the router, last.
 
 use envoy_types::pb::envoy::config::core::v3::{TransportSocket, transport_socket};
 use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener, filter};

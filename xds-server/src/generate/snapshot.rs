@@ -38,7 +38,7 @@ use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use pilotfish_mesh::config::ConfigKind;
+use pilotfish_mesh::config::{ConfigKey, ConfigKind};
 use pilotfish_mesh::model::{Proxy, ProxyType, Resolution, TargetPort};
 use pilotfish_mesh::push_context::{ChangeSummary, PushContext, diff};
 
@@ -57,7 +57,7 @@ use super::plan::{OutboundPlan, outbound_plan, outbound_ports};
 use super::sanitize::{sanitize_listeners, sanitize_routes};
 use super::scope::{Flavor, Part, Scope, ScopeIndex};
 use super::util::resource_any;
-use super::{cds, eds, lds, names, proxyless_inbound, rds};
+use super::{cds, eds, lds, names, proxyless_inbound, rbac, rds};
 
 /// A concurrent map of lazily computed values; one computation per key. It holds at most
 /// `capacity` values: past that, the least recently used computed value is forgotten
@@ -250,9 +250,9 @@ pub struct GeneratedSnapshot {
     /// Held weakly: alive while parts of the scope are being generated.
     plans: Mutex<HashMap<Scope, Weak<OutboundPlan>>>,
     parts: Cache<(Part, Scope), Arc<ResourceMap>>,
-    /// Proxyless servers' listeners by (projected scope, names asked for): they exist only
-    /// when named ([`XdsSnapshot::named_parts`]).
-    server_listeners: Cache<(Scope, Vec<String>), Arc<ResourceMap>>,
+    /// Proxyless servers' listeners by (projected scope, the AuthorizationPolicies that
+    /// apply, names asked for): they exist only when named ([`XdsSnapshot::named_parts`]).
+    server_listeners: Cache<(Scope, Vec<ConfigKey>, Vec<String>), Arc<ResourceMap>>,
     generations: AtomicU64,
     base: Option<Base>,
     /// Resources generated (encoded) per part, and parts or resources taken from `base`.
@@ -835,21 +835,38 @@ impl XdsSnapshot for GeneratedSnapshot {
             return Vec::new();
         }
         let scope = self.index.scope(proxy).for_part(Part::InboundListener);
-        let part = self
-            .server_listeners
-            .get_or_init((scope.clone(), asked.clone()), || {
-                self.generations.fetch_add(1, Ordering::Relaxed);
-                GENERATIONS.with_label_values(&["server_listeners"]).inc();
-                let ports: Vec<u32> = scope.inbound.iter().map(|p| p.port).collect();
-                let mtls = scope.inbound_mtls.clone().unwrap_or_default();
-                let listeners = proxyless_inbound::server_listeners(
-                    asked.iter().map(String::as_str),
-                    &ports,
-                    &mtls,
-                    &[],
-                );
-                shared_part(encode(listeners, |l| &l.name))
-            });
+        // The policies are selected by the workload's labels; the key holds only which
+        // ones apply (objects of this snapshot), so it stays bounded by the snapshot.
+        let authz = self
+            .push
+            .authorization_for_workload(&proxy.namespace, &proxy.labels);
+        let applied: Vec<ConfigKey> = [&authz.custom, &authz.deny, &authz.allow]
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                ConfigKey::new(
+                    ConfigKind::AuthorizationPolicy,
+                    &p.meta.namespace,
+                    &p.meta.name,
+                )
+            })
+            .collect();
+        let part =
+            self.server_listeners
+                .get_or_init((scope.clone(), applied, asked.clone()), || {
+                    self.generations.fetch_add(1, Ordering::Relaxed);
+                    GENERATIONS.with_label_values(&["server_listeners"]).inc();
+                    let ports: Vec<u32> = scope.inbound.iter().map(|p| p.port).collect();
+                    let mtls = scope.inbound_mtls.clone().unwrap_or_default();
+                    let rbac = rbac::proxyless_http_filters(&authz, &self.push.mesh().trust_domain);
+                    let listeners = proxyless_inbound::server_listeners(
+                        asked.iter().map(String::as_str),
+                        &ports,
+                        &mtls,
+                        &rbac,
+                    );
+                    shared_part(encode(listeners, |l| &l.name))
+                });
         vec![part]
     }
 
