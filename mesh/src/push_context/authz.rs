@@ -79,11 +79,19 @@ pub fn select<'a>(
     candidates: impl IntoIterator<Item = &'a Arc<AuthorizationPolicyConfig>>,
     labels: &BTreeMap<String, String>,
 ) -> WorkloadAuthorization {
+    group(
+        candidates
+            .into_iter()
+            .filter(|p| selects_workload(&p.spec.policy, labels)),
+    )
+}
+
+/// Groups policies by action, keeping their order.
+pub fn group<'a>(
+    policies: impl IntoIterator<Item = &'a Arc<AuthorizationPolicyConfig>>,
+) -> WorkloadAuthorization {
     let mut out = WorkloadAuthorization::default();
-    for policy in candidates {
-        if !selects_workload(&policy.spec.policy, labels) {
-            continue;
-        }
+    for policy in policies {
         let list = match policy.spec.policy.action() {
             AuthorizationAction::Allow => &mut out.allow,
             AuthorizationAction::Deny => &mut out.deny,

@@ -388,7 +388,7 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
     findings.sort();
     findings.dedup();
     kept_previous.sort();
-    let data = assemble(
+    let mut data = assemble(
         inputs,
         services,
         endpoints,
@@ -396,8 +396,10 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         destination_rules,
         peer_authentications,
         sidecars,
-        authorization_policies,
     );
+    authorization_policies
+        .sort_by(|a, b| (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name)));
+    data.authorization_policies = authorization_policies;
     BuildOutput {
         context: PushContext::from_data(data),
         findings,
@@ -491,7 +493,6 @@ fn assemble(
     mut destination_rules: Vec<Arc<DestinationRuleConfig>>,
     mut peer_authentications: Vec<Arc<PeerAuthenticationConfig>>,
     mut sidecars: Vec<Arc<SidecarConfig>>,
-    mut authorization_policies: Vec<Arc<AuthorizationPolicyConfig>>,
 ) -> MeshData {
     services.sort_by(|a, b| (&a.hostname, &a.namespace).cmp(&(&b.hostname, &b.namespace)));
     endpoints.sort_by(|a, b| (&a.hostname, &a.namespace).cmp(&(&b.hostname, &b.namespace)));
@@ -503,8 +504,6 @@ fn assemble(
         .sort_by(|a, b| (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name)));
     sidecars
         .sort_by(|a, b| (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name)));
-    authorization_policies
-        .sort_by(|a, b| (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name)));
     MeshData {
         mesh: inputs.mesh.clone(),
         cluster_domain: inputs.cluster_domain.clone(),
@@ -514,7 +513,7 @@ fn assemble(
         destination_rules,
         peer_authentications,
         sidecars,
-        authorization_policies,
+        authorization_policies: Vec::new(),
     }
 }
 

@@ -56,6 +56,7 @@ use super::inbound_mtls::{self, ChainProtocol};
 use super::l4::{cidr, cidr_key, l4_chains, tcp_proxy_filter};
 use super::names;
 use super::plan::{ClusterPlan, OutboundPlan, OutboundPort, outbound_ports};
+use super::rbac::InboundRbac;
 use super::route::{CORS_FILTER, FAULT_FILTER, ROUTER_FILTER, http_filter};
 use super::scope::InboundPort;
 use super::util::{ads_config_source, any, bool_value, u32_value, zero_duration};
@@ -423,11 +424,14 @@ fn sidecar_hcm(
 /// mode (`mtls`, from PeerAuthentication; [`inbound_mtls`]), the ports of the workload
 /// policy's `portLevelMtls` that no Service names get a passthrough of their own, and the
 /// TLS inspector runs where a chain matches on TLS. There is no default chain: under
-/// STRICT a plaintext connection matches nothing and is closed.
+/// STRICT a plaintext connection matches nothing and is closed. The workload's
+/// AuthorizationPolicies (`rbac`) put RBAC filters in every chain but the blackhole: HTTP
+/// ones before the router, network ones before `tcp_proxy`.
 pub fn sidecar_inbound_listener(
     inbound: &[InboundPort],
     mtls: &EffectiveMtls,
     trust_domain: &str,
+    rbac: &InboundRbac,
 ) -> Listener {
     let mut chains = vec![FilterChain {
         name: "virtualInbound-blackhole".to_string(),
@@ -465,7 +469,7 @@ pub fn sidecar_inbound_listener(
             mode,
             ChainProtocol::Tcp,
             trust_domain,
-            || vec![passthrough()],
+            || with_rbac(&rbac.network, passthrough()),
         ));
     }
     for p in inbound
@@ -494,9 +498,10 @@ pub fn sidecar_inbound_listener(
                         validate_clusters: bool_value(false),
                         ..Default::default()
                     }),
-                    (p.protocol == Protocol::GrpcWeb)
-                        .then(grpc_web_filter)
-                        .into_iter()
+                    rbac.http
+                        .iter()
+                        .cloned()
+                        .chain((p.protocol == Protocol::GrpcWeb).then(grpc_web_filter))
                         .chain([http_filter(ROUTER_FILTER, any(&Router::default()))])
                         .collect(),
                 );
@@ -526,7 +531,10 @@ pub fn sidecar_inbound_listener(
             mtls.for_port(p.port),
             protocol,
             trust_domain,
-            || vec![filter()],
+            || match protocol {
+                ChainProtocol::Http => vec![filter()],
+                ChainProtocol::Tcp => with_rbac(&rbac.network, filter()),
+            },
         ));
     }
     let mut listener_filters = vec![ListenerFilter {
@@ -549,6 +557,11 @@ pub fn sidecar_inbound_listener(
         filter_chains: chains,
         ..Default::default()
     }
+}
+
+/// `terminal` behind the RBAC network filters.
+fn with_rbac(rbac: &[Filter], terminal: Filter) -> Vec<Filter> {
+    rbac.iter().cloned().chain([terminal]).collect()
 }
 
 /// The filter chains of one port (`None`: the passthrough, any port) in `mode`, named

@@ -81,6 +81,25 @@ impl Target {
     }
 }
 
+/// The RBAC filters of a sidecar's `virtualInbound`: HTTP filters for its HTTP chains
+/// (before the router, after authentication), network filters for its TCP chains and the
+/// passthrough (before `tcp_proxy`). Both empty when no policy applies.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InboundRbac {
+    pub http: Vec<HttpFilter>,
+    pub network: Vec<Filter>,
+}
+
+impl InboundRbac {
+    /// The filters for a workload under `authz`.
+    pub fn new(authz: &WorkloadAuthorization, trust_domain: &str) -> Self {
+        InboundRbac {
+            http: sidecar_http_filters(authz, trust_domain),
+            network: sidecar_network_filters(authz, trust_domain),
+        }
+    }
+}
+
 /// The RBAC HTTP filters of a sidecar's inbound HTTP chains, in Istio's order (CUSTOM's
 /// DENY, then AUDIT, DENY, ALLOW); empty when no policy applies.
 pub fn sidecar_http_filters(authz: &WorkloadAuthorization, trust_domain: &str) -> Vec<HttpFilter> {
@@ -120,12 +139,14 @@ pub fn sidecar_network_filters(authz: &WorkloadAuthorization, trust_domain: &str
 
 /// The RBAC HTTP filters a proxyless gRPC server's inbound listener carries, before its
 /// router (Istio's `grpcgen` `buildInboundFilterChain`): gRPC supports ALLOW and DENY
-/// only, so AUDIT policies are left out and a CUSTOM policy's rules join the DENY filter
-/// (`envoy.filters.http.rbac.DENY`, then `envoy.filters.http.rbac`); policies are named
-/// `<ns>-<name>-<i>`; no dry-run. One deliberate difference from Istio 1.30.3: an ALLOW
-/// policy without rules (`{}`, allow nothing) gets the never-matching policy, as on
-/// sidecars — Istio's proxyless generator emits no ALLOW filter for it, which would allow
-/// everything. Empty when no ALLOW or DENY policy applies.
+/// only, so AUDIT policies are left out (`envoy.filters.http.rbac.DENY`, then
+/// `envoy.filters.http.rbac`); policies are named `<ns>-<name>-<i>`; no dry-run. Two
+/// deliberate differences from Istio 1.30.3, both so that what cannot be enforced never
+/// allows: an ALLOW policy without rules (`{}`, allow nothing) gets the never-matching
+/// policy, as on sidecars (Istio's proxyless generator emits no ALLOW filter for it, which
+/// allows everything), and a CUSTOM policy's rules join the DENY filter (Istio's ignores
+/// CUSTOM). Empty when no ALLOW, DENY or CUSTOM policy applies. The caller selects the
+/// policies (`PushContext::authorization_for_workload`, or a scope's `authz`).
 pub fn proxyless_http_filters(
     authz: &WorkloadAuthorization,
     trust_domain: &str,
@@ -447,11 +468,8 @@ fn generate(
     target: Target,
     action: rbac::Action,
 ) -> Option<Policy> {
-    let (base_permission, base_principal) = match conditions(rule, td) {
-        Some(fields) => fields,
-        // An unknown `when` key (validation keeps these out): Istio skips the rule.
-        None => return None,
-    };
+    // An unknown `when` key (validation keeps these out): Istio skips the rule.
+    let (base_permission, base_principal) = conditions(rule, td)?;
     let mut principals_lists: Vec<Vec<Field>> = Vec::new();
     for from in rule.from() {
         let mut fields: Vec<Field> = Vec::new();

@@ -34,8 +34,8 @@ use pilotfish_mesh::model::{
     Locality, Protocol, Proxy, ProxyGenerator, Service, TargetPort, labels_match,
 };
 use pilotfish_mesh::push_context::{
-    EffectiveMtls, PeerAuthenticationConfig, PushContext, SidecarConfig, peer_authn,
-    sidecar::select_sidecar,
+    AuthorizationPolicyConfig, EffectiveMtls, PeerAuthenticationConfig, PushContext, SidecarConfig,
+    WorkloadAuthorization, authz, peer_authn, sidecar::select_sidecar,
 };
 
 use super::names::{TLS_MODE_ISTIO, TLS_MODE_LABEL};
@@ -107,6 +107,10 @@ pub struct Scope {
     /// The mutual TLS mode of the proxy's workload (PeerAuthentication; for a proxyless
     /// server mapped by [`proxyless_server_mtls`]).
     pub inbound_mtls: Option<EffectiveMtls>,
+    /// The AuthorizationPolicies that apply to the workload (indexes into the snapshot's,
+    /// in Istio's order: root namespace first, each namespace oldest first), for sidecars
+    /// and proxyless servers alike.
+    pub authz: Vec<usize>,
 }
 
 /// The cached parts of a proxy's output.
@@ -138,6 +142,7 @@ impl Scope {
             Part::InboundListener => {
                 s.inbound = self.inbound.clone();
                 s.inbound_mtls = self.inbound_mtls.clone();
+                s.authz = self.authz.clone();
             }
             Part::OutboundClusters => {
                 s.namespace = self.namespace.clone();
@@ -199,6 +204,10 @@ pub struct ScopeIndex {
     peer_authentications: HashMap<String, Vec<Arc<PeerAuthenticationConfig>>>,
     /// The snapshot's Sidecars, in its order (scopes hold indexes into it).
     sidecars: Vec<Arc<SidecarConfig>>,
+    /// The snapshot's AuthorizationPolicies (scopes hold indexes into them), and per
+    /// namespace their indexes, oldest first.
+    authorization_policies: Vec<Arc<AuthorizationPolicyConfig>>,
+    authz_by_namespace: HashMap<String, Vec<usize>>,
 }
 
 impl ScopeIndex {
@@ -207,8 +216,23 @@ impl ScopeIndex {
             root_namespace: push.mesh().root_namespace.clone(),
             named_namespaces: named_namespaces(push),
             sidecars: push.sidecars().to_vec(),
+            authorization_policies: push.authorization_policies().to_vec(),
             ..ScopeIndex::default()
         };
+        for (i, ap) in index.authorization_policies.iter().enumerate() {
+            index
+                .authz_by_namespace
+                .entry(ap.meta.namespace.clone())
+                .or_default()
+                .push(i);
+        }
+        let policies = &index.authorization_policies;
+        for list in index.authz_by_namespace.values_mut() {
+            list.sort_by(|&a, &b| {
+                (policies[a].meta.creation_ms, &policies[a].meta.name)
+                    .cmp(&(policies[b].meta.creation_ms, &policies[b].meta.name))
+            });
+        }
         for dr in push.destination_rules() {
             if let Some(sel) = &dr.spec.workload_selector {
                 index
@@ -444,7 +468,31 @@ impl ScopeIndex {
             failover_labels,
             inbound,
             inbound_mtls,
+            authz: self.authz(proxy),
         }
+    }
+
+    /// The AuthorizationPolicies that apply to the proxy's workload (Istio's
+    /// `ListAuthorizationPolicies`: the root namespace's, then its own namespace's).
+    fn authz(&self, proxy: &Proxy) -> Vec<usize> {
+        let mut lookup = vec![self.root_namespace.as_str()];
+        if proxy.namespace != self.root_namespace {
+            lookup.push(proxy.namespace.as_str());
+        }
+        lookup
+            .into_iter()
+            .filter_map(|ns| self.authz_by_namespace.get(ns))
+            .flatten()
+            .copied()
+            .filter(|&i| {
+                authz::selects_workload(&self.authorization_policies[i].spec.policy, &proxy.labels)
+            })
+            .collect()
+    }
+
+    /// The policies a scope's `authz` indexes name, grouped by action.
+    pub fn workload_authorization(&self, indexes: &[usize]) -> WorkloadAuthorization {
+        authz::group(indexes.iter().map(|&i| &self.authorization_policies[i]))
     }
 
     /// The workload's mode from the PeerAuthentications of its namespace and the root's.

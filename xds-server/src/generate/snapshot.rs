@@ -38,7 +38,7 @@ use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use pilotfish_mesh::config::{ConfigKey, ConfigKind};
+use pilotfish_mesh::config::ConfigKind;
 use pilotfish_mesh::model::{Proxy, ProxyType, Resolution, TargetPort};
 use pilotfish_mesh::push_context::{ChangeSummary, PushContext, diff};
 
@@ -54,10 +54,11 @@ use super::metrics::{
     UNSUPPORTED_PROXIES,
 };
 use super::plan::{OutboundPlan, outbound_plan, outbound_ports};
+use super::rbac;
 use super::sanitize::{sanitize_listeners, sanitize_routes};
 use super::scope::{Flavor, Part, Scope, ScopeIndex};
 use super::util::resource_any;
-use super::{cds, eds, lds, names, proxyless_inbound, rbac, rds};
+use super::{cds, eds, lds, names, proxyless_inbound, rds};
 
 /// A concurrent map of lazily computed values; one computation per key. It holds at most
 /// `capacity` values: past that, the least recently used computed value is forgotten
@@ -250,9 +251,9 @@ pub struct GeneratedSnapshot {
     /// Held weakly: alive while parts of the scope are being generated.
     plans: Mutex<HashMap<Scope, Weak<OutboundPlan>>>,
     parts: Cache<(Part, Scope), Arc<ResourceMap>>,
-    /// Proxyless servers' listeners by (projected scope, the AuthorizationPolicies that
-    /// apply, names asked for): they exist only when named ([`XdsSnapshot::named_parts`]).
-    server_listeners: Cache<(Scope, Vec<ConfigKey>, Vec<String>), Arc<ResourceMap>>,
+    /// Proxyless servers' listeners by (projected scope, names asked for): they exist only
+    /// when named ([`XdsSnapshot::named_parts`]).
+    server_listeners: Cache<(Scope, Vec<String>), Arc<ResourceMap>>,
     generations: AtomicU64,
     base: Option<Base>,
     /// Resources generated (encoded) per part, and parts or resources taken from `base`.
@@ -647,8 +648,13 @@ impl GeneratedSnapshot {
             }
             Part::InboundListener => {
                 let mtls = scope.inbound_mtls.clone().unwrap_or_default();
+                let trust_domain = &push.mesh().trust_domain;
+                let rbac = rbac::InboundRbac::new(
+                    &self.index.workload_authorization(&scope.authz),
+                    trust_domain,
+                );
                 let listener =
-                    lds::sidecar_inbound_listener(&scope.inbound, &mtls, &push.mesh().trust_domain);
+                    lds::sidecar_inbound_listener(&scope.inbound, &mtls, trust_domain, &rbac);
                 encode(vec![listener], |l| &l.name)
             }
             Part::Routes => {
@@ -834,39 +840,28 @@ impl XdsSnapshot for GeneratedSnapshot {
         if asked.is_empty() {
             return Vec::new();
         }
+        // The projection holds the workload's ports, their modes and the indexes of the
+        // AuthorizationPolicies that apply: all the listeners read.
         let scope = self.index.scope(proxy).for_part(Part::InboundListener);
-        // The policies are selected by the workload's labels; the key holds only which
-        // ones apply (objects of this snapshot), so it stays bounded by the snapshot.
-        let authz = self
-            .push
-            .authorization_for_workload(&proxy.namespace, &proxy.labels);
-        let applied: Vec<ConfigKey> = [&authz.custom, &authz.deny, &authz.allow]
-            .into_iter()
-            .flatten()
-            .map(|p| {
-                ConfigKey::new(
-                    ConfigKind::AuthorizationPolicy,
-                    &p.meta.namespace,
-                    &p.meta.name,
-                )
-            })
-            .collect();
-        let part =
-            self.server_listeners
-                .get_or_init((scope.clone(), applied, asked.clone()), || {
-                    self.generations.fetch_add(1, Ordering::Relaxed);
-                    GENERATIONS.with_label_values(&["server_listeners"]).inc();
-                    let ports: Vec<u32> = scope.inbound.iter().map(|p| p.port).collect();
-                    let mtls = scope.inbound_mtls.clone().unwrap_or_default();
-                    let rbac = rbac::proxyless_http_filters(&authz, &self.push.mesh().trust_domain);
-                    let listeners = proxyless_inbound::server_listeners(
-                        asked.iter().map(String::as_str),
-                        &ports,
-                        &mtls,
-                        &rbac,
-                    );
-                    shared_part(encode(listeners, |l| &l.name))
-                });
+        let part = self
+            .server_listeners
+            .get_or_init((scope.clone(), asked.clone()), || {
+                self.generations.fetch_add(1, Ordering::Relaxed);
+                GENERATIONS.with_label_values(&["server_listeners"]).inc();
+                let ports: Vec<u32> = scope.inbound.iter().map(|p| p.port).collect();
+                let mtls = scope.inbound_mtls.clone().unwrap_or_default();
+                let rbac = rbac::proxyless_http_filters(
+                    &self.index.workload_authorization(&scope.authz),
+                    &self.push.mesh().trust_domain,
+                );
+                let listeners = proxyless_inbound::server_listeners(
+                    asked.iter().map(String::as_str),
+                    &ports,
+                    &mtls,
+                    &rbac,
+                );
+                shared_part(encode(listeners, |l| &l.name))
+            });
         vec![part]
     }
 

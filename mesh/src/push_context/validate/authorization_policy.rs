@@ -270,12 +270,13 @@ fn check_rule(f: &mut Findings, i: usize, rule: &crate::api::Rule, action: Autho
             continue;
         };
         from_exists = true;
-        if !(s.principals.is_empty()
+        let identities = !(s.principals.is_empty()
             && s.not_principals.is_empty()
             && s.namespaces.is_empty()
-            && s.not_namespaces.is_empty())
-            && !(s.service_accounts.is_empty() && s.not_service_accounts.is_empty())
-        {
+            && s.not_namespaces.is_empty());
+        let service_accounts =
+            !(s.service_accounts.is_empty() && s.not_service_accounts.is_empty());
+        if identities && service_accounts {
             f.error(
                 &path,
                 "serviceAccounts cannot be set with namespaces or principals",
