@@ -9,7 +9,8 @@
 //!   matches (so an ALLOW `{}` allows nothing); dry-run policies (`istio.io/dry-run`) go to
 //!   `shadow_rules`. CUSTOM (ext_authz) is not supported: like Istio when a CUSTOM
 //!   provider cannot be used (`getBadCustomDenyRules`), its rules become a DENY filter
-//!   whose policies carry the suffix `-deny-due-to-bad-CUSTOM-action`.
+//!   whose policies are named `istio-ext-authz-<provider>-ns[…]-policy[…]-rule[i]` and
+//!   end in `-deny-due-to-bad-CUSTOM-action`.
 //! - A rule is one Envoy policy: each `from` is a principal, each `to` a permission, every
 //!   `when` condition joins one or the other; within them every field is an AND of an OR
 //!   of its values and a NOT of the OR of its `not` values.
@@ -56,6 +57,8 @@ pub const PROXYLESS_DENY_FILTER: &str = "envoy.filters.http.rbac.DENY";
 const TCP_STAT_PREFIX: &str = "tcp.";
 const SHADOW_ALLOW_STAT_PREFIX: &str = "istio_dry_run_allow_";
 const SHADOW_DENY_STAT_PREFIX: &str = "istio_dry_run_deny_";
+/// Istio's prefix of CUSTOM policy names (`extAuthzMatchPrefix`).
+const EXT_AUTHZ_PREFIX: &str = "istio-ext-authz";
 /// Istio's suffix for the DENY rules of a CUSTOM policy it cannot hand to its provider.
 const BAD_CUSTOM_SUFFIX: &str = "-deny-due-to-bad-CUSTOM-action";
 /// Where `jwt_authn` writes the validated token's claims.
@@ -231,10 +234,17 @@ fn built_rbacs(
             ..Default::default()
         };
         for p in &authz.custom {
+            // Istio's CUSTOM policy names: `istio-ext-authz-<provider>-` before the usual.
+            let prefix = match p.spec.policy.provider.as_ref().map(|x| x.name.as_str()) {
+                Some(provider) if !provider.is_empty() => {
+                    format!("{EXT_AUTHZ_PREFIX}-{provider}-")
+                }
+                _ => format!("{EXT_AUTHZ_PREFIX}-"),
+            };
             for (name, policy) in policy_rules(p, target, rbac::Action::Deny, &td) {
                 rules
                     .policies
-                    .insert(format!("{name}{BAD_CUSTOM_SUFFIX}"), policy);
+                    .insert(format!("{prefix}{name}{BAD_CUSTOM_SUFFIX}"), policy);
             }
         }
         out.push(BuiltRbac {
@@ -1437,7 +1447,9 @@ mod tests {
         assert_eq!(got[0]["config"]["rules"]["action"], "DENY");
         assert!(
             got[0]["config"]["rules"]["policies"]
-                .get("ns[foo]-policy[custom]-rule[0]-deny-due-to-bad-CUSTOM-action")
+                .get(
+                    "istio-ext-authz-x-ns[foo]-policy[custom]-rule[0]-deny-due-to-bad-CUSTOM-action"
+                )
                 .is_some()
         );
         assert_eq!(got[1]["config"]["rules"]["action"], "LOG");
