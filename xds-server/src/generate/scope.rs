@@ -27,7 +27,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use pilotfish_mesh::api::{IstioIngressListener, Labels, LoadBalancerSettings, TrafficPolicy};
+use pilotfish_mesh::api::{
+    IstioIngressListener, Labels, LoadBalancerSettings, MtlsMode, TrafficPolicy,
+};
 use pilotfish_mesh::model::{
     Locality, Protocol, Proxy, ProxyGenerator, Service, TargetPort, labels_match,
 };
@@ -35,6 +37,8 @@ use pilotfish_mesh::push_context::{
     AuthorizationPolicyConfig, EffectiveMtls, PeerAuthenticationConfig, PushContext, SidecarConfig,
     WorkloadAuthorization, authz, peer_authn, sidecar::select_sidecar,
 };
+
+use super::names::{TLS_MODE_ISTIO, TLS_MODE_LABEL};
 
 /// The two families of output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -100,8 +104,8 @@ pub struct Scope {
     /// The proxy's values of the labels named by `failoverPriority` settings.
     pub failover_labels: Vec<(String, Option<String>)>,
     pub inbound: Vec<InboundPort>,
-    /// The mutual TLS mode of a sidecar's workload (PeerAuthentication), `None` for
-    /// proxyless clients.
+    /// The mutual TLS mode of the proxy's workload (PeerAuthentication; for a proxyless
+    /// server mapped by [`proxyless_server_mtls`]).
     pub inbound_mtls: Option<EffectiveMtls>,
     /// The AuthorizationPolicies that apply to the workload (indexes into the snapshot's,
     /// in Istio's order: root namespace first, each namespace oldest first), for sidecars
@@ -447,7 +451,12 @@ impl ScopeIndex {
                 };
                 (ports, Some(self.mtls(proxy)))
             }
-            Flavor::Proxyless => (Vec::new(), None),
+            // A proxyless gRPC server: its ports and their modes as Istio's grpcgen maps
+            // them (gRPC cannot do PERMISSIVE).
+            Flavor::Proxyless => (
+                self.inbound_ports(proxy),
+                Some(proxyless_server_mtls(self.mtls(proxy), &proxy.labels)),
+            ),
         };
         Scope {
             flavor: Some(flavor),
@@ -550,6 +559,31 @@ impl ScopeIndex {
                 endpoint: None,
             })
             .collect()
+    }
+}
+
+/// A proxyless gRPC server's modes, from its workload's PeerAuthentication modes as
+/// Istio's grpcgen maps them: gRPC's filter chain match cannot tell TLS from plaintext (no
+/// listener filters), so there is no PERMISSIVE. A PERMISSIVE port is STRICT when the
+/// workload carries `security.istio.io/tlsMode: istio` (clients with auto-mTLS will use
+/// mTLS to it), else DISABLE (plaintext).
+pub fn proxyless_server_mtls(
+    effective: EffectiveMtls,
+    labels: &BTreeMap<String, String>,
+) -> EffectiveMtls {
+    let auto_mtls_label = labels.get(TLS_MODE_LABEL).map(String::as_str) == Some(TLS_MODE_ISTIO);
+    let map = |mode: MtlsMode| match mode {
+        MtlsMode::Strict => MtlsMode::Strict,
+        MtlsMode::Permissive if auto_mtls_label => MtlsMode::Strict,
+        MtlsMode::Permissive | MtlsMode::Disable | MtlsMode::Unset => MtlsMode::Disable,
+    };
+    EffectiveMtls {
+        mode: map(effective.mode),
+        per_port: effective
+            .per_port
+            .into_iter()
+            .map(|(port, mode)| (port, map(mode)))
+            .collect(),
     }
 }
 
@@ -770,6 +804,38 @@ spec:
     }
 
     #[test]
+    fn a_proxyless_server_maps_permissive_as_istios_grpcgen() {
+        let effective = EffectiveMtls {
+            mode: MtlsMode::Permissive,
+            per_port: [
+                (1, MtlsMode::Strict),
+                (2, MtlsMode::Disable),
+                (3, MtlsMode::Permissive),
+            ]
+            .into(),
+        };
+        let plain = proxyless_server_mtls(effective.clone(), &BTreeMap::new());
+        assert_eq!(plain.mode, MtlsMode::Disable, "PERMISSIVE: plaintext");
+        assert_eq!(
+            plain.per_port.values().copied().collect::<Vec<_>>(),
+            [MtlsMode::Strict, MtlsMode::Disable, MtlsMode::Disable]
+        );
+        let labelled = proxyless_server_mtls(
+            effective,
+            &[(TLS_MODE_LABEL.to_string(), TLS_MODE_ISTIO.to_string())].into(),
+        );
+        assert_eq!(
+            labelled.mode,
+            MtlsMode::Strict,
+            "PERMISSIVE with the auto-mTLS label: STRICT"
+        );
+        assert_eq!(
+            labelled.per_port.values().copied().collect::<Vec<_>>(),
+            [MtlsMode::Strict, MtlsMode::Disable, MtlsMode::Strict]
+        );
+    }
+
+    #[test]
     fn inbound_ports_are_the_selecting_services_target_ports() {
         let index = index();
         let web = index.scope(&proxy(&[("app", "web")]));
@@ -787,9 +853,15 @@ spec:
             generator: ProxyGenerator::Grpc,
             ..proxy(&[("app", "web")])
         };
-        assert!(
-            index.scope(&grpc).inbound.is_empty(),
-            "proxyless clients have no inbound side"
+        assert_eq!(
+            index.scope(&grpc).inbound,
+            web.inbound,
+            "a proxyless server serves the same ports"
+        );
+        assert_eq!(
+            index.scope(&grpc).inbound_mtls.unwrap().mode,
+            MtlsMode::Disable,
+            "no policy: PERMISSIVE, which a proxyless server serves as plaintext"
         );
     }
 }
