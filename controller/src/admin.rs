@@ -105,6 +105,7 @@ impl AdminState {
             "destination_rules": data.destination_rules.len(),
             "peer_authentications": data.peer_authentications.len(),
             "sidecars": data.sidecars.len(),
+            "authorization_policies": data.authorization_policies.len(),
             "kept_previous": built.kept_previous.iter().map(|k| k.to_string()).collect::<Vec<_>>(),
             "findings": built.findings.iter().map(|f| f.to_string()).collect::<Vec<_>>(),
         });

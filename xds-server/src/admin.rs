@@ -132,6 +132,7 @@ async fn snapshot(State(ctx): State<AdminContext>) -> Response {
         "destination_rules": data.destination_rules.iter().map(|d| format!("{}/{}", d.meta.namespace, d.meta.name)).collect::<Vec<_>>(),
         "peer_authentications": data.peer_authentications.iter().map(|p| format!("{}/{}", p.meta.namespace, p.meta.name)).collect::<Vec<_>>(),
         "sidecars": data.sidecars.iter().map(|s| format!("{}/{}", s.meta.namespace, s.meta.name)).collect::<Vec<_>>(),
+        "authorization_policies": data.authorization_policies.iter().map(|a| format!("{}/{}", a.meta.namespace, a.meta.name)).collect::<Vec<_>>(),
     }))
     .into_response()
 }

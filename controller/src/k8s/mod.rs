@@ -37,7 +37,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::Api;
 use pilotfish_mesh::api::{
-    DestinationRule, PeerAuthentication, ServiceEntry, Sidecar, VirtualService,
+    AuthorizationPolicy, DestinationRule, PeerAuthentication, ServiceEntry, Sidecar, VirtualService,
 };
 use pilotfish_mesh::push_context::BuildInputs;
 use tokio::sync::{mpsc, watch as channel};
@@ -95,6 +95,7 @@ where
         "ServiceEntry" => "ServiceEntry watch",
         "PeerAuthentication" => "PeerAuthentication watch",
         "Sidecar" => "Sidecar watch",
+        "AuthorizationPolicy" => "AuthorizationPolicy watch",
         "Service" => "Service watch",
         "EndpointSlice" => "EndpointSlice watch",
         "Pod" => "Pod watch",
@@ -159,6 +160,7 @@ impl KubeMode {
             watch_task::<ServiceEntry>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<PeerAuthentication>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<Sidecar>(client.clone(), updates_tx.clone(), sel()),
+            watch_task::<AuthorizationPolicy>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<Service>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<EndpointSlice>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<Pod>(client.clone(), updates_tx.clone(), sel()),

@@ -3,7 +3,7 @@
 //!
 //! Public surface:
 //! - Kinds [`VirtualService`], [`DestinationRule`], [`ServiceEntry`],
-//!   [`PeerAuthentication`], [`Sidecar`] (spec types
+//!   [`PeerAuthentication`], [`Sidecar`], [`AuthorizationPolicy`] (spec types
 //!   `…Spec`, status [`IstioStatus`]); every nested message is named after its Istio proto
 //!   message (`HttpRoute`, `TrafficPolicy`, …) and every field is the snake_case of Istio's
 //!   JSON name (`consecutive_5xx_errors` for `consecutive5xxErrors`, `r#match` for `match`).
@@ -25,6 +25,7 @@
 //! deserialization is lenient (unknown fields ignored) so stored snapshots stay readable
 //! across versions; user input must go through the strict entry points.
 
+pub mod authorization_policy;
 pub mod common;
 pub mod crd;
 pub mod destination_rule;
@@ -36,6 +37,10 @@ pub mod status;
 pub mod strict;
 pub mod virtual_service;
 
+pub use authorization_policy::{
+    AuthorizationAction, AuthorizationPolicy, AuthorizationPolicySpec, Condition,
+    ExtensionProvider, Operation, PolicyTargetReference, Rule, RuleFrom, RuleTo, Source,
+};
 pub use common::{Destination, Labels, OneofGroup, Oneofs, Percent, PortSelector, StringMatch};
 pub use destination_rule::{
     ClientTlsSettings, ConnectionPoolSettings, ConsistentHashLb, DestinationRule,
@@ -92,6 +97,7 @@ pub enum IstioResource {
     ServiceEntry(Box<ServiceEntry>),
     PeerAuthentication(Box<PeerAuthentication>),
     Sidecar(Box<Sidecar>),
+    AuthorizationPolicy(Box<AuthorizationPolicy>),
 }
 
 /// The kind of an object, read from its `apiVersion` and `kind` before parsing the rest.
@@ -102,16 +108,18 @@ pub enum IstioKind {
     ServiceEntry,
     PeerAuthentication,
     Sidecar,
+    AuthorizationPolicy,
 }
 
 impl IstioKind {
     /// Every supported kind.
-    pub const ALL: [IstioKind; 5] = [
+    pub const ALL: [IstioKind; 6] = [
         IstioKind::VirtualService,
         IstioKind::DestinationRule,
         IstioKind::ServiceEntry,
         IstioKind::PeerAuthentication,
         IstioKind::Sidecar,
+        IstioKind::AuthorizationPolicy,
     ];
 
     /// The Kubernetes `kind` string.
@@ -122,13 +130,14 @@ impl IstioKind {
             IstioKind::ServiceEntry => "ServiceEntry",
             IstioKind::PeerAuthentication => "PeerAuthentication",
             IstioKind::Sidecar => "Sidecar",
+            IstioKind::AuthorizationPolicy => "AuthorizationPolicy",
         }
     }
 
     /// The kind's API group.
     pub fn group(self) -> &'static str {
         match self {
-            IstioKind::PeerAuthentication => SECURITY_GROUP,
+            IstioKind::PeerAuthentication | IstioKind::AuthorizationPolicy => SECURITY_GROUP,
             _ => GROUP,
         }
     }
@@ -136,7 +145,9 @@ impl IstioKind {
     /// The versions Istio serves for the kind, storage version first.
     pub fn served_versions(self) -> &'static [&'static str] {
         match self {
-            IstioKind::PeerAuthentication => &SECURITY_SERVED_VERSIONS,
+            IstioKind::PeerAuthentication | IstioKind::AuthorizationPolicy => {
+                &SECURITY_SERVED_VERSIONS
+            }
             _ => &SERVED_VERSIONS,
         }
     }
@@ -149,6 +160,7 @@ impl IstioKind {
             IstioKind::ServiceEntry => "serviceentries",
             IstioKind::PeerAuthentication => "peerauthentications",
             IstioKind::Sidecar => "sidecars",
+            IstioKind::AuthorizationPolicy => "authorizationpolicies",
         }
     }
 
@@ -220,6 +232,9 @@ impl IstioResource {
                 parse_strict(value).map(|o| IstioResource::PeerAuthentication(Box::new(o)))
             }
             IstioKind::Sidecar => parse_strict(value).map(|o| IstioResource::Sidecar(Box::new(o))),
+            IstioKind::AuthorizationPolicy => {
+                parse_strict(value).map(|o| IstioResource::AuthorizationPolicy(Box::new(o)))
+            }
         }
         .map(Some)
     }
@@ -275,6 +290,9 @@ impl IstioResource {
             IstioKind::Sidecar => document
                 .parse_reporting_unknown()
                 .map(|p| boxed(p, IstioResource::Sidecar)),
+            IstioKind::AuthorizationPolicy => document
+                .parse_reporting_unknown()
+                .map(|p| boxed(p, IstioResource::AuthorizationPolicy)),
         }
         .map(Some)
     }
@@ -287,6 +305,7 @@ impl IstioResource {
             IstioResource::ServiceEntry(_) => IstioKind::ServiceEntry,
             IstioResource::PeerAuthentication(_) => IstioKind::PeerAuthentication,
             IstioResource::Sidecar(_) => IstioKind::Sidecar,
+            IstioResource::AuthorizationPolicy(_) => IstioKind::AuthorizationPolicy,
         }
     }
 
@@ -298,6 +317,7 @@ impl IstioResource {
             IstioResource::ServiceEntry(o) => &o.metadata,
             IstioResource::PeerAuthentication(o) => &o.metadata,
             IstioResource::Sidecar(o) => &o.metadata,
+            IstioResource::AuthorizationPolicy(o) => &o.metadata,
         }
     }
 }

@@ -11,8 +11,8 @@ use crate::model::{
     ServiceEndpoints, ServiceOrigin, ServicePort, TargetPort,
 };
 use crate::push_context::{
-    ConfigMeta, DestinationRuleConfig, PeerAuthenticationConfig, PushContext, SidecarConfig,
-    VirtualServiceConfig,
+    AuthorizationPolicyConfig, ConfigMeta, DestinationRuleConfig, PeerAuthenticationConfig,
+    PushContext, SidecarConfig, VirtualServiceConfig,
 };
 
 pub fn mesh_to_pb(m: &MeshConfig) -> pb::MeshSettings {
@@ -257,6 +257,11 @@ pub fn configs_to_pb(ctx: &PushContext) -> Vec<pb::Config> {
                 .map(|pa| config_to_pb_pa(pa)),
         )
         .chain(data.sidecars.iter().map(|sc| config_to_pb_sidecar(sc)))
+        .chain(
+            data.authorization_policies
+                .iter()
+                .map(|ap| config_to_pb_ap(ap)),
+        )
         .collect();
     configs.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
     configs
@@ -272,6 +277,10 @@ pub fn config_to_pb_dr(dr: &DestinationRuleConfig) -> pb::Config {
 
 pub fn config_to_pb_sidecar(sc: &SidecarConfig) -> pb::Config {
     config_to_pb(pb::Kind::Sidecar, &sc.meta, &sc.spec)
+}
+
+pub fn config_to_pb_ap(ap: &AuthorizationPolicyConfig) -> pb::Config {
+    config_to_pb(pb::Kind::AuthorizationPolicy, &ap.meta, &ap.spec)
 }
 
 pub fn config_to_pb_pa(pa: &PeerAuthenticationConfig) -> pb::Config {

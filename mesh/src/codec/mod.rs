@@ -404,6 +404,7 @@ pub fn from_pb(s: pb::Snapshot) -> Result<PushContext, DecodeError> {
         destination_rules: Vec::new(),
         peer_authentications: Vec::new(),
         sidecars: Vec::new(),
+        authorization_policies: Vec::new(),
     };
     for c in s.configs {
         let meta = ConfigMeta {
@@ -436,6 +437,13 @@ pub fn from_pb(s: pb::Snapshot) -> Result<PushContext, DecodeError> {
                 let spec = serde_json::from_slice(&c.spec_json)
                     .map_err(|e| DecodeError::Corrupt(format!("Sidecar {}: {e}", what())))?;
                 data.sidecars.push(Arc::new(Config { meta, spec }));
+            }
+            Ok(pb::Kind::AuthorizationPolicy) => {
+                let spec = serde_json::from_slice(&c.spec_json).map_err(|e| {
+                    DecodeError::Corrupt(format!("AuthorizationPolicy {}: {e}", what()))
+                })?;
+                data.authorization_policies
+                    .push(Arc::new(Config { meta, spec }));
             }
             // A config kind added by a newer writer: this replica cannot serve it, but the
             // rest of the snapshot is still good.

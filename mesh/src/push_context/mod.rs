@@ -9,6 +9,7 @@
 //! same-host rules merged oldest first), each subject to `exportTo` (`visibility`), and which mutual TLS mode a workload's inbound
 //! ports take from PeerAuthentications (mesh, namespace, workload; `peer_authn`).
 
+pub mod authz;
 mod build;
 mod delegate;
 mod diff;
@@ -32,12 +33,14 @@ use crate::config::{ConfigKey, ConfigKind};
 use crate::mesh_config::MeshConfig;
 use crate::model::{Proxy, Service, ServiceEndpoints};
 
+pub use authz::{AuthorizationPolicyConfig, AuthorizationPolicyEntry, WorkloadAuthorization};
 pub use build::{BuildInputs, BuildOutput, build, build_endpoints_only};
 pub use diff::{ChangeSummary, diff};
 pub use peer_authn::EffectiveMtls;
 pub use validate::{
-    is_valid_cipher_suite, validate_destination_rule, validate_peer_authentication,
-    validate_service_entry, validate_sidecar, validate_virtual_service,
+    is_valid_cipher_suite, validate_authorization_policy, validate_destination_rule,
+    validate_peer_authentication, validate_service_entry, validate_sidecar,
+    validate_virtual_service,
 };
 use visibility::DestinationRuleIndex;
 
@@ -80,6 +83,8 @@ pub struct MeshData {
     pub peer_authentications: Vec<Arc<PeerAuthenticationConfig>>,
     /// Sorted by (namespace, name).
     pub sidecars: Vec<Arc<SidecarConfig>>,
+    /// Sorted by (namespace, name).
+    pub authorization_policies: Vec<Arc<AuthorizationPolicyConfig>>,
 }
 
 /// A 64-bit content hash of one item.
@@ -121,6 +126,8 @@ pub struct PushContext {
     dr_index: DestinationRuleIndex,
     /// namespace → indexes into `data.peer_authentications`.
     pa_by_namespace: HashMap<String, Vec<usize>>,
+    /// namespace → indexes into `data.authorization_policies`, oldest first.
+    ap_by_namespace: HashMap<String, Vec<usize>>,
 }
 
 fn item_hash<T: Hash + ?Sized>(item: &T) -> ItemHash {
@@ -228,6 +235,30 @@ impl PushContext {
                 spec_hash(&sc.meta, &sc.spec),
             );
         }
+        let mut ap_by_namespace: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, ap) in data.authorization_policies.iter().enumerate() {
+            hashes.configs.insert(
+                ConfigKey::new(
+                    ConfigKind::AuthorizationPolicy,
+                    &ap.meta.namespace,
+                    &ap.meta.name,
+                ),
+                spec_hash(&ap.meta, &ap.spec),
+            );
+            ap_by_namespace
+                .entry(ap.meta.namespace.clone())
+                .or_default()
+                .push(i);
+        }
+        // Istio lists each namespace's policies oldest first.
+        for list in ap_by_namespace.values_mut() {
+            list.sort_by(|&a, &b| {
+                config_age_order(
+                    &data.authorization_policies[a].meta,
+                    &data.authorization_policies[b].meta,
+                )
+            });
+        }
         PushContext {
             data,
             hashes,
@@ -237,6 +268,7 @@ impl PushContext {
             vs_wildcards,
             dr_index,
             pa_by_namespace,
+            ap_by_namespace,
         }
     }
 
@@ -325,6 +357,32 @@ impl PushContext {
     /// Every accepted Sidecar, sorted by (namespace, name).
     pub fn sidecars(&self) -> &[Arc<SidecarConfig>] {
         &self.data.sidecars
+    }
+
+    /// Every accepted AuthorizationPolicy, sorted by (namespace, name).
+    pub fn authorization_policies(&self) -> &[Arc<AuthorizationPolicyConfig>] {
+        &self.data.authorization_policies
+    }
+
+    /// The AuthorizationPolicies that apply to a workload in `namespace` with `labels`,
+    /// grouped by action, as Istio selects them (root namespace first, then the
+    /// workload's; each oldest first; `authz`).
+    pub fn authorization_for_workload(
+        &self,
+        namespace: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> WorkloadAuthorization {
+        let root = self.data.mesh.root_namespace.as_str();
+        let mut lookup = vec![root];
+        if root != namespace {
+            lookup.push(namespace);
+        }
+        let candidates = lookup
+            .into_iter()
+            .filter_map(|ns| self.ap_by_namespace.get(ns))
+            .flatten()
+            .map(|&i| &self.data.authorization_policies[i]);
+        authz::select(candidates, labels)
     }
 
     /// Every accepted PeerAuthentication, sorted by (namespace, name).

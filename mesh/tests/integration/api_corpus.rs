@@ -124,6 +124,7 @@ fn valid_documents_round_trip() {
             IstioResource::ServiceEntry(o) => serde_json::to_value(o),
             IstioResource::PeerAuthentication(o) => serde_json::to_value(o),
             IstioResource::Sidecar(o) => serde_json::to_value(o),
+            IstioResource::AuthorizationPolicy(o) => serde_json::to_value(o),
         }
         .unwrap();
         let mut original = normalize(&value);
@@ -505,6 +506,11 @@ fn the_corpus_uses_every_field_of_every_schema() {
             .iter()
             .map(|p| fold_shared_messages(p))
             .filter(|p| !p.starts_with(".status") && !used.contains(p))
+            // Only CUSTOM takes a provider, and Pilotfish refuses CUSTOM: the invalid
+            // corpus uses it (invalid/ap-custom.yaml).
+            .filter(|p| {
+                !(kind == IstioKind::AuthorizationPolicy && p.starts_with(".spec.provider"))
+            })
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();

@@ -8,12 +8,13 @@
 use std::path::Path;
 
 use pilotfish_mesh::api::{
-    DestinationRule, IstioResource, PeerAuthentication, ServiceEntry, Sidecar, VirtualService,
+    AuthorizationPolicy, DestinationRule, IstioResource, PeerAuthentication, ServiceEntry, Sidecar,
+    VirtualService,
 };
 use pilotfish_mesh::config::{ConfigError, Severity};
 use pilotfish_mesh::push_context::{
-    validate_destination_rule, validate_peer_authentication, validate_service_entry,
-    validate_sidecar, validate_virtual_service,
+    validate_authorization_policy, validate_destination_rule, validate_peer_authentication,
+    validate_service_entry, validate_sidecar, validate_virtual_service,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -56,7 +57,7 @@ fn object(case: &Case) -> Value {
             metadata[k] = v.clone();
         }
     }
-    let group = if case.kind == "PeerAuthentication" {
+    let group = if case.kind == "PeerAuthentication" || case.kind == "AuthorizationPolicy" {
         "security.istio.io"
     } else {
         "networking.istio.io"
@@ -88,6 +89,9 @@ fn findings(case: &Case) -> Vec<ConfigError> {
             validate_peer_authentication(&PeerAuthentication::clone(&pa)).findings
         }
         IstioResource::Sidecar(sc) => validate_sidecar(&Sidecar::clone(&sc)).findings,
+        IstioResource::AuthorizationPolicy(ap) => {
+            validate_authorization_policy(&AuthorizationPolicy::clone(&ap)).findings
+        }
     }
 }
 

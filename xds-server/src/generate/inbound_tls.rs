@@ -36,7 +36,7 @@ pub fn after_termination(protocol: Protocol) -> Protocol {
 }
 
 /// The one chain of `port` terminating `tls` (Istio's `getTLSFilterChainMatchOptions`).
-pub fn chain(name: &str, port: u32, tls: &ServerTlsSettings, filter: Filter) -> FilterChain {
+pub fn chain(name: &str, port: u32, tls: &ServerTlsSettings, filters: Vec<Filter>) -> FilterChain {
     FilterChain {
         name: name.to_string(),
         filter_chain_match: Some(FilterChainMatch {
@@ -44,7 +44,7 @@ pub fn chain(name: &str, port: u32, tls: &ServerTlsSettings, filter: Filter) -> 
             transport_protocol: "tls".to_string(),
             ..Default::default()
         }),
-        filters: vec![filter],
+        filters,
         transport_socket: Some(TransportSocket {
             name: TLS_TRANSPORT_SOCKET.to_string(),
             config_type: Some(transport_socket::ConfigType::TypedConfig(any(

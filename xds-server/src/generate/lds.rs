@@ -63,6 +63,7 @@ use super::inbound_tls;
 use super::l4::{cidr, cidr_key, l4_chains, tcp_proxy_filter};
 use super::names;
 use super::plan::{ClusterPlan, OutboundPlan, OutboundPort, bound_listeners, outbound_ports};
+use super::rbac::InboundRbac;
 use super::route::{CORS_FILTER, FAULT_FILTER, ROUTER_FILTER, RouteEnv, http_filter};
 use super::scope::InboundPort;
 use super::util::{ads_config_source, any, bool_value, u32_value, zero_duration};
@@ -476,11 +477,14 @@ fn sidecar_hcm(
 /// mode (`mtls`, from PeerAuthentication; [`inbound_mtls`]), the ports of the workload
 /// policy's `portLevelMtls` that no Service names get a passthrough of their own, and the
 /// TLS inspector runs where a chain matches on TLS. There is no default chain: under
-/// STRICT a plaintext connection matches nothing and is closed.
+/// STRICT a plaintext connection matches nothing and is closed. The workload's
+/// AuthorizationPolicies (`rbac`) put RBAC filters in every chain but the blackhole: HTTP
+/// ones before the router, network ones before `tcp_proxy`.
 pub fn sidecar_inbound_listener(
     inbound: &[InboundPort],
     mtls: &EffectiveMtls,
     trust_domain: &str,
+    rbac: &InboundRbac,
 ) -> Listener {
     let mut chains = vec![FilterChain {
         name: "virtualInbound-blackhole".to_string(),
@@ -520,7 +524,7 @@ pub fn sidecar_inbound_listener(
             mode,
             ChainProtocol::Tcp,
             trust_domain,
-            || vec![passthrough()],
+            || with_rbac(&rbac.network, passthrough()),
         ));
     }
     for p in inbound.filter(|p| p.port != names::VIRTUAL_INBOUND_PORT) {
@@ -560,9 +564,10 @@ pub fn sidecar_inbound_listener(
                         validate_clusters: bool_value(false),
                         ..Default::default()
                     }),
-                    (p.protocol == Protocol::GrpcWeb)
-                        .then(grpc_web_filter)
-                        .into_iter()
+                    rbac.http
+                        .iter()
+                        .cloned()
+                        .chain((p.protocol == Protocol::GrpcWeb).then(grpc_web_filter))
                         .chain([http_filter(ROUTER_FILTER, any(&Router::default()))])
                         .collect(),
                 );
@@ -586,12 +591,16 @@ pub fn sidecar_inbound_listener(
                 Vec::new(),
             ),
         };
+        let filters = || match protocol {
+            ChainProtocol::Http => vec![filter()],
+            ChainProtocol::Tcp => with_rbac(&rbac.network, filter()),
+        };
         if let Some(tls) = user_tls {
             chains.push(inbound_tls::chain(
                 &chain_name,
                 p.port,
                 &tls.value,
-                filter(),
+                filters(),
             ));
             continue;
         }
@@ -601,7 +610,7 @@ pub fn sidecar_inbound_listener(
             mtls.for_port(p.port),
             protocol,
             trust_domain,
-            || vec![filter()],
+            filters,
         ));
     }
     let mut listener_filters = vec![ListenerFilter {
@@ -641,6 +650,7 @@ pub fn bound_inbound_listeners(
     inbound: &[InboundPort],
     mtls: &EffectiveMtls,
     trust_domain: &str,
+    rbac: &InboundRbac,
 ) -> Vec<Listener> {
     inbound
         .iter()
@@ -652,7 +662,7 @@ pub fn bound_inbound_listeners(
                 ..p.clone()
             };
             let chains: Vec<FilterChain> =
-                sidecar_inbound_listener(std::slice::from_ref(&unbound), mtls, trust_domain)
+                sidecar_inbound_listener(std::slice::from_ref(&unbound), mtls, trust_domain, rbac)
                     .filter_chains
                     .into_iter()
                     .filter(|c| c.name == name)
@@ -693,6 +703,11 @@ pub fn listener_address(
         },
         None => socket_address(bind, port),
     }
+}
+
+/// `terminal` behind the RBAC network filters.
+fn with_rbac(rbac: &[Filter], terminal: Filter) -> Vec<Filter> {
+    rbac.iter().cloned().chain([terminal]).collect()
 }
 
 /// The filter chains of one port (`None`: the passthrough, any port) in `mode`, named

@@ -29,15 +29,18 @@ use std::sync::Arc;
 
 use pilotfish_mesh::api::{
     CaptureMode, ConnectionPoolSettings, IstioIngressListener, Labels, LoadBalancerSettings,
-    ServerTlsSettings, SidecarSpec, TrafficPolicy,
+    MtlsMode, ServerTlsSettings, SidecarSpec, TrafficPolicy,
 };
 use pilotfish_mesh::model::{
     Locality, Protocol, Proxy, ProxyGenerator, Service, TargetPort, labels_match,
 };
 use pilotfish_mesh::push_context::{
-    EffectiveMtls, PeerAuthenticationConfig, PushContext, SidecarConfig, peer_authn,
+    AuthorizationPolicyConfig, EffectiveMtls, PeerAuthenticationConfig, PushContext, SidecarConfig,
+    WorkloadAuthorization, authz, peer_authn,
     sidecar::{inbound_connection_pool, select_sidecar},
 };
+
+use super::names::{TLS_MODE_ISTIO, TLS_MODE_LABEL};
 
 /// The two families of output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -158,9 +161,13 @@ pub struct Scope {
     /// The proxy's values of the labels named by `failoverPriority` settings.
     pub failover_labels: Vec<(String, Option<String>)>,
     pub inbound: Vec<InboundPort>,
-    /// The mutual TLS mode of a sidecar's workload (PeerAuthentication), `None` for
-    /// proxyless clients.
+    /// The mutual TLS mode of the proxy's workload (PeerAuthentication; for a proxyless
+    /// server mapped by [`proxyless_server_mtls`]).
     pub inbound_mtls: Option<EffectiveMtls>,
+    /// The AuthorizationPolicies that apply to the workload (indexes into the snapshot's,
+    /// in Istio's order: root namespace first, each namespace oldest first), for sidecars
+    /// and proxyless servers alike.
+    pub authz: Vec<usize>,
 }
 
 /// The cached parts of a proxy's output.
@@ -203,6 +210,7 @@ impl Scope {
             Part::InboundListener => {
                 s.inbound = self.inbound.clone();
                 s.inbound_mtls = self.inbound_mtls.clone();
+                s.authz = self.authz.clone();
             }
             Part::OutboundClusters => {
                 s.namespace = self.namespace.clone();
@@ -264,6 +272,10 @@ pub struct ScopeIndex {
     peer_authentications: HashMap<String, Vec<Arc<PeerAuthenticationConfig>>>,
     /// The snapshot's Sidecars, in its order (scopes hold indexes into it).
     sidecars: Vec<Arc<SidecarConfig>>,
+    /// The snapshot's AuthorizationPolicies (scopes hold indexes into them), and per
+    /// namespace their indexes, oldest first.
+    authorization_policies: Vec<Arc<AuthorizationPolicyConfig>>,
+    authz_by_namespace: HashMap<String, Vec<usize>>,
 }
 
 impl ScopeIndex {
@@ -272,8 +284,23 @@ impl ScopeIndex {
             root_namespace: push.mesh().root_namespace.clone(),
             named_namespaces: named_namespaces(push),
             sidecars: push.sidecars().to_vec(),
+            authorization_policies: push.authorization_policies().to_vec(),
             ..ScopeIndex::default()
         };
+        for (i, ap) in index.authorization_policies.iter().enumerate() {
+            index
+                .authz_by_namespace
+                .entry(ap.meta.namespace.clone())
+                .or_default()
+                .push(i);
+        }
+        let policies = &index.authorization_policies;
+        for list in index.authz_by_namespace.values_mut() {
+            list.sort_by(|&a, &b| {
+                (policies[a].meta.creation_ms, &policies[a].meta.name)
+                    .cmp(&(policies[b].meta.creation_ms, &policies[b].meta.name))
+            });
+        }
         for dr in push.destination_rules() {
             if let Some(sel) = &dr.spec.workload_selector {
                 index
@@ -496,7 +523,12 @@ impl ScopeIndex {
                 }
                 (ports, Some(self.mtls(proxy)))
             }
-            Flavor::Proxyless => (Vec::new(), None),
+            // A proxyless gRPC server: its ports and their modes as Istio's grpcgen maps
+            // them (gRPC cannot do PERMISSIVE).
+            Flavor::Proxyless => (
+                self.inbound_ports(proxy),
+                Some(proxyless_server_mtls(self.mtls(proxy), &proxy.labels)),
+            ),
         };
         Scope {
             flavor: Some(flavor),
@@ -508,7 +540,31 @@ impl ScopeIndex {
             failover_labels,
             inbound,
             inbound_mtls,
+            authz: self.authz(proxy),
         }
+    }
+
+    /// The AuthorizationPolicies that apply to the proxy's workload (Istio's
+    /// `ListAuthorizationPolicies`: the root namespace's, then its own namespace's).
+    fn authz(&self, proxy: &Proxy) -> Vec<usize> {
+        let mut lookup = vec![self.root_namespace.as_str()];
+        if proxy.namespace != self.root_namespace {
+            lookup.push(proxy.namespace.as_str());
+        }
+        lookup
+            .into_iter()
+            .filter_map(|ns| self.authz_by_namespace.get(ns))
+            .flatten()
+            .copied()
+            .filter(|&i| {
+                authz::selects_workload(&self.authorization_policies[i].spec.policy, &proxy.labels)
+            })
+            .collect()
+    }
+
+    /// The policies a scope's `authz` indexes name, grouped by action.
+    pub fn workload_authorization(&self, indexes: &[usize]) -> WorkloadAuthorization {
+        authz::group(indexes.iter().map(|&i| &self.authorization_policies[i]))
     }
 
     /// The workload's mode from the PeerAuthentications of its namespace and the root's.
@@ -579,6 +635,31 @@ impl ScopeIndex {
                 tls: None,
             })
             .collect()
+    }
+}
+
+/// A proxyless gRPC server's modes, from its workload's PeerAuthentication modes as
+/// Istio's grpcgen maps them: gRPC's filter chain match cannot tell TLS from plaintext (no
+/// listener filters), so there is no PERMISSIVE. A PERMISSIVE port is STRICT when the
+/// workload carries `security.istio.io/tlsMode: istio` (clients with auto-mTLS will use
+/// mTLS to it), else DISABLE (plaintext).
+pub fn proxyless_server_mtls(
+    effective: EffectiveMtls,
+    labels: &BTreeMap<String, String>,
+) -> EffectiveMtls {
+    let auto_mtls_label = labels.get(TLS_MODE_LABEL).map(String::as_str) == Some(TLS_MODE_ISTIO);
+    let map = |mode: MtlsMode| match mode {
+        MtlsMode::Strict => MtlsMode::Strict,
+        MtlsMode::Permissive if auto_mtls_label => MtlsMode::Strict,
+        MtlsMode::Permissive | MtlsMode::Disable | MtlsMode::Unset => MtlsMode::Disable,
+    };
+    EffectiveMtls {
+        mode: map(effective.mode),
+        per_port: effective
+            .per_port
+            .into_iter()
+            .map(|(port, mode)| (port, map(mode)))
+            .collect(),
     }
 }
 
@@ -900,6 +981,38 @@ spec:
     }
 
     #[test]
+    fn a_proxyless_server_maps_permissive_as_istios_grpcgen() {
+        let effective = EffectiveMtls {
+            mode: MtlsMode::Permissive,
+            per_port: [
+                (1, MtlsMode::Strict),
+                (2, MtlsMode::Disable),
+                (3, MtlsMode::Permissive),
+            ]
+            .into(),
+        };
+        let plain = proxyless_server_mtls(effective.clone(), &BTreeMap::new());
+        assert_eq!(plain.mode, MtlsMode::Disable, "PERMISSIVE: plaintext");
+        assert_eq!(
+            plain.per_port.values().copied().collect::<Vec<_>>(),
+            [MtlsMode::Strict, MtlsMode::Disable, MtlsMode::Disable]
+        );
+        let labelled = proxyless_server_mtls(
+            effective,
+            &[(TLS_MODE_LABEL.to_string(), TLS_MODE_ISTIO.to_string())].into(),
+        );
+        assert_eq!(
+            labelled.mode,
+            MtlsMode::Strict,
+            "PERMISSIVE with the auto-mTLS label: STRICT"
+        );
+        assert_eq!(
+            labelled.per_port.values().copied().collect::<Vec<_>>(),
+            [MtlsMode::Strict, MtlsMode::Disable, MtlsMode::Strict]
+        );
+    }
+
+    #[test]
     fn inbound_ports_are_the_selecting_services_target_ports() {
         let index = index();
         let web = index.scope(&proxy(&[("app", "web")]));
@@ -921,9 +1034,15 @@ spec:
             generator: ProxyGenerator::Grpc,
             ..proxy(&[("app", "web")])
         };
-        assert!(
-            index.scope(&grpc).inbound.is_empty(),
-            "proxyless clients have no inbound side"
+        assert_eq!(
+            index.scope(&grpc).inbound,
+            web.inbound,
+            "a proxyless server serves the same ports"
+        );
+        assert_eq!(
+            index.scope(&grpc).inbound_mtls.unwrap().mode,
+            MtlsMode::Disable,
+            "no policy: PERMISSIVE, which a proxyless server serves as plaintext"
         );
     }
 }

@@ -47,17 +47,18 @@ use crate::ads::{ChangeKind, Resource, XdsSnapshot, XdsType, shared_part};
 
 use super::auto_mtls::all_run_sidecars;
 use super::canonical::canonicalize;
-use super::findings::{Finding, RouteKind};
+use super::findings::{Finding, LogWindow, RouteKind};
 use super::identities::endpoint_identities;
 use super::metrics::{
     GENERATIONS, INCONSISTENT_REFERENCES, PROXYLESS_DOWNGRADES, UNRESOLVED_DESTINATIONS,
     UNSUPPORTED_PROXIES,
 };
 use super::plan::{OutboundPlan, outbound_plan, outbound_ports};
+use super::rbac;
 use super::sanitize::{sanitize_listeners, sanitize_routes};
 use super::scope::{Flavor, Part, Scope, ScopeIndex};
 use super::util::resource_any;
-use super::{cds, eds, lds, names, rds};
+use super::{cds, eds, lds, names, proxyless_inbound, rds};
 
 /// A concurrent map of lazily computed values; one computation per key. It holds at most
 /// `capacity` values: past that, the least recently used computed value is forgotten
@@ -250,12 +251,18 @@ pub struct GeneratedSnapshot {
     /// Held weakly: alive while parts of the scope are being generated.
     plans: Mutex<HashMap<Scope, Weak<OutboundPlan>>>,
     parts: Cache<(Part, Scope), Arc<ResourceMap>>,
+    /// Proxyless servers' listeners by (projected scope, names asked for): they exist only
+    /// when named ([`XdsSnapshot::named_parts`]).
+    server_listeners: Cache<(Scope, Vec<String>), Arc<ResourceMap>>,
     generations: AtomicU64,
     base: Option<Base>,
     /// Resources generated (encoded) per part, and parts or resources taken from `base`.
     generated_resources: [AtomicU64; PARTS],
     reused_parts: AtomicU64,
     reused_resources: AtomicU64,
+    /// Which findings were logged lately; shared along a chain of snapshots (`following`),
+    /// so a finding every snapshot meets again is logged once per window, not per edit.
+    log_window: Arc<Mutex<LogWindow>>,
 }
 
 const PARTS: usize = 6;
@@ -296,11 +303,13 @@ impl GeneratedSnapshot {
             index,
             plans: Mutex::new(HashMap::new()),
             parts: Cache::new(PART_CACHE_CAPACITY),
+            server_listeners: Cache::new(PART_CACHE_CAPACITY),
             generations: AtomicU64::new(0),
             base: None,
             generated_resources: Default::default(),
             reused_parts: AtomicU64::new(0),
             reused_resources: AtomicU64::new(0),
+            log_window: Arc::default(),
         }
     }
 
@@ -319,7 +328,13 @@ impl GeneratedSnapshot {
             previous: Arc::downgrade(previous),
             summary,
         });
+        snapshot.log_window = previous.log_window.clone();
         snapshot
+    }
+
+    /// Logs and counts what generating a part of this snapshot noticed.
+    pub(crate) fn report(&self, findings: &[Finding]) {
+        report(findings, &self.log_window);
     }
 
     /// Resources of `part` generated (not taken from the previous snapshot) so far.
@@ -525,7 +540,7 @@ impl GeneratedSnapshot {
             Flavor::of(proxy),
             &mut findings,
         ));
-        report(&findings);
+        self.report(&findings);
         let mut plans = lock();
         // Forget plans no part generation holds any more, so the map stays as small as
         // the scopes being generated at once.
@@ -563,7 +578,7 @@ impl GeneratedSnapshot {
             GENERATIONS.with_label_values(&[part_label(part)]).inc();
             let mut findings = Vec::new();
             let resources = self.generate(proxy, scope, part, &mut findings);
-            report(&findings);
+            self.report(&findings);
             shared_part(resources)
         })
     }
@@ -644,15 +659,21 @@ impl GeneratedSnapshot {
             Part::InboundListener => {
                 let mtls = scope.inbound_mtls.clone().unwrap_or_default();
                 let trust_domain = &push.mesh().trust_domain;
+                let rbac = rbac::InboundRbac::new(
+                    &self.index.workload_authorization(&scope.authz),
+                    trust_domain,
+                );
                 let mut listeners = vec![lds::sidecar_inbound_listener(
                     &scope.inbound,
                     &mtls,
                     trust_domain,
+                    &rbac,
                 )];
                 listeners.extend(lds::bound_inbound_listeners(
                     &scope.inbound,
                     &mtls,
                     trust_domain,
+                    &rbac,
                 ));
                 encode(listeners, |l| &l.name)
             }
@@ -692,8 +713,17 @@ pub fn note_unsupported_proxy(proxy: &Proxy) {
 
 /// Logs and counts what generating one part (or plan, or the audit) noticed; the
 /// generators only return it.
-pub(crate) fn report(findings: &[Finding]) {
+fn report(findings: &[Finding], window: &Mutex<LogWindow>) {
+    let now = std::time::Instant::now();
     for finding in findings {
+        count(finding);
+        if !window
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .admit(finding, now)
+        {
+            continue;
+        }
         match finding {
             Finding::Downgrade(d) => {
                 tracing::warn!(
@@ -702,7 +732,6 @@ pub(crate) fn report(findings: &[Finding]) {
                     "proxyless gRPC clients do not support {}; left out for them",
                     d.what
                 );
-                PROXYLESS_DOWNGRADES.with_label_values(&[d.feature]).inc();
             }
             Finding::UnresolvedDestination {
                 kind: RouteKind::Http,
@@ -714,9 +743,6 @@ pub(crate) fn report(findings: &[Finding]) {
                     namespace = %namespace,
                     "route destination has no cluster for this proxy (unknown or invisible host or port); it answers 503"
                 );
-                UNRESOLVED_DESTINATIONS
-                    .with_label_values(&[RouteKind::Http.label()])
-                    .inc();
             }
             Finding::UnresolvedDestination {
                 kind: RouteKind::Tcp,
@@ -724,9 +750,6 @@ pub(crate) fn report(findings: &[Finding]) {
                 ..
             } => {
                 tracing::warn!(cluster = %cluster, "TCP route destination has no cluster for this proxy; connections are refused");
-                UNRESOLVED_DESTINATIONS
-                    .with_label_values(&[RouteKind::Tcp.label()])
-                    .inc();
             }
             Finding::PseudoHeader { header } => {
                 tracing::warn!(
@@ -741,17 +764,30 @@ pub(crate) fn report(findings: &[Finding]) {
                     "endpoint address is not an IP; left out of EDS"
                 );
             }
-            Finding::InconsistentReference { reference, kind } => {
+            Finding::InconsistentReference { reference, .. } => {
                 tracing::error!(
                     reference = reference.as_str(),
                     "inconsistent generated reference (a Pilotfish bug); replaced before sending"
                 );
-                INCONSISTENT_REFERENCES.with_label_values(&[kind]).inc();
             }
             Finding::VirtualHostSkipped { vhost, reason } => {
                 tracing::debug!(vhost = %vhost, "{reason}");
             }
         }
+    }
+}
+
+/// Counts one finding (every occurrence; the log line is rate-limited, the metric not).
+fn count(finding: &Finding) {
+    match finding {
+        Finding::Downgrade(d) => PROXYLESS_DOWNGRADES.with_label_values(&[d.feature]).inc(),
+        Finding::UnresolvedDestination { kind, .. } => UNRESOLVED_DESTINATIONS
+            .with_label_values(&[kind.label()])
+            .inc(),
+        Finding::InconsistentReference { kind, .. } => {
+            INCONSISTENT_REFERENCES.with_label_values(&[kind]).inc()
+        }
+        _ => {}
     }
 }
 
@@ -816,6 +852,52 @@ impl XdsSnapshot for GeneratedSnapshot {
     /// Straight from the cached parts: every proxy of a scope gets the same `Arc`s.
     fn parts(&self, proxy: &Proxy, kind: XdsType) -> Vec<Arc<ResourceMap>> {
         self.parts_of(proxy, kind)
+    }
+
+    /// A proxyless gRPC server's listeners (`xds.istio.io/grpc/lds/inbound/<ip>:<port>`),
+    /// generated per (scope, names asked for); nothing for anything else.
+    fn named_parts(
+        &self,
+        proxy: &Proxy,
+        xds_type: XdsType,
+        requested: &mut dyn Iterator<Item = &str>,
+    ) -> Vec<Arc<ResourceMap>> {
+        if xds_type != XdsType::Listener
+            || Flavor::of(proxy) != Flavor::Proxyless
+            || proxy.proxy_type == ProxyType::Router
+        {
+            return Vec::new();
+        }
+        let asked: Vec<String> = requested
+            .filter(|n| n.starts_with(names::SERVER_LISTENER_PREFIX))
+            .map(str::to_string)
+            .collect();
+        if asked.is_empty() {
+            return Vec::new();
+        }
+        // The projection holds the workload's ports, their modes and the indexes of the
+        // AuthorizationPolicies that apply: all the listeners read.
+        let scope = self.index.scope(proxy).for_part(Part::InboundListener);
+        let part = self
+            .server_listeners
+            .get_or_init((scope.clone(), asked.clone()), || {
+                self.generations.fetch_add(1, Ordering::Relaxed);
+                GENERATIONS.with_label_values(&["server_listeners"]).inc();
+                let ports: Vec<u32> = scope.inbound.iter().map(|p| p.port).collect();
+                let mtls = scope.inbound_mtls.clone().unwrap_or_default();
+                let rbac = rbac::proxyless_http_filters(
+                    &self.index.workload_authorization(&scope.authz),
+                    &self.push.mesh().trust_domain,
+                );
+                let listeners = proxyless_inbound::server_listeners(
+                    asked.iter().map(String::as_str),
+                    &ports,
+                    &mtls,
+                    &rbac,
+                );
+                shared_part(encode(listeners, |l| &l.name))
+            });
+        vec![part]
     }
 
     fn change_since(&self, previous: u64) -> ChangeKind {

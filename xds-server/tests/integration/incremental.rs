@@ -42,6 +42,9 @@ struct Mesh {
     wildcard: Option<u32>,
     /// PeerAuthentication STRICT in ns0.
     strict: bool,
+    /// An AuthorizationPolicy in ns0 denying svc0's workload one port (its content changes
+    /// while its place in the snapshot does not).
+    authz: Option<u8>,
 }
 
 impl Mesh {
@@ -53,6 +56,7 @@ impl Mesh {
             source_labels: false,
             wildcard: None,
             strict: false,
+            authz: None,
         }
     }
 
@@ -168,6 +172,20 @@ metadata: {name: default, namespace: ns0}
 spec:
   mtls: {mode: STRICT}
 ";
+        }
+        if let Some(port) = self.authz {
+            out += &format!(
+                "---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {{name: deny-port, namespace: ns0}}
+spec:
+  selector: {{matchLabels: {{app: svc0}}}}
+  action: DENY
+  rules: [{{to: [{{operation: {{ports: ['{}']}}}}]}}]
+",
+                8000 + u32::from(port)
+            );
         }
         out
     }
@@ -316,6 +334,7 @@ enum Edit {
     SourceLabels,
     Wildcard(Option<u32>),
     Strict,
+    Authz(Option<u8>),
 }
 
 const SERVICES: usize = 8;
@@ -332,6 +351,7 @@ fn edit() -> impl Strategy<Value = Edit> {
         1 => Just(Edit::SourceLabels),
         1 => proptest::option::of(1u32..100).prop_map(Edit::Wildcard),
         1 => Just(Edit::Strict),
+        1 => proptest::option::of(0u8..3).prop_map(Edit::Authz),
     ]
 }
 
@@ -354,6 +374,7 @@ impl Mesh {
             Edit::SourceLabels => self.source_labels = !self.source_labels,
             Edit::Wildcard(w) => self.wildcard = w,
             Edit::Strict => self.strict = !self.strict,
+            Edit::Authz(port) => self.authz = port,
         }
     }
 }
