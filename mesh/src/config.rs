@@ -14,6 +14,7 @@ pub enum ConfigKind {
     ServiceEntry,
     PeerAuthentication,
     Sidecar,
+    RequestAuthentication,
     Service,
     EndpointSlice,
     Pod,
@@ -28,6 +29,7 @@ impl ConfigKind {
             ConfigKind::ServiceEntry => "ServiceEntry",
             ConfigKind::PeerAuthentication => "PeerAuthentication",
             ConfigKind::Sidecar => "Sidecar",
+            ConfigKind::RequestAuthentication => "RequestAuthentication",
             ConfigKind::Service => "Service",
             ConfigKind::EndpointSlice => "EndpointSlice",
             ConfigKind::Pod => "Pod",
@@ -36,12 +38,13 @@ impl ConfigKind {
     }
 
     /// Every kind, in declaration order.
-    pub const ALL: [ConfigKind; 9] = [
+    pub const ALL: [ConfigKind; 10] = [
         ConfigKind::VirtualService,
         ConfigKind::DestinationRule,
         ConfigKind::ServiceEntry,
         ConfigKind::PeerAuthentication,
         ConfigKind::Sidecar,
+        ConfigKind::RequestAuthentication,
         ConfigKind::Service,
         ConfigKind::EndpointSlice,
         ConfigKind::Pod,

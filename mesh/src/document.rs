@@ -1,6 +1,6 @@
 //! Kubernetes-style YAML as mesh objects: what `kubectl get -o yaml` prints (Service,
 //! EndpointSlice, Pod, Node, VirtualService, DestinationRule, ServiceEntry,
-//! PeerAuthentication, Sidecar), parsed from text and
+//! PeerAuthentication, Sidecar, RequestAuthentication), parsed from text and
 //! collected into builder inputs. Pure: the folder that feeds it (standalone mode and the
 //! controller's `--config-dir` mode) is `pilotfish_shared::source`.
 //!
@@ -331,6 +331,7 @@ fn with_default_namespace_istio(mut r: IstioResource) -> IstioResource {
         IstioResource::ServiceEntry(o) => default_namespace(&mut o.metadata),
         IstioResource::PeerAuthentication(o) => default_namespace(&mut o.metadata),
         IstioResource::Sidecar(o) => default_namespace(&mut o.metadata),
+        IstioResource::RequestAuthentication(o) => default_namespace(&mut o.metadata),
     }
     r
 }
@@ -352,6 +353,7 @@ pub fn config_kind(kind: IstioKind) -> ConfigKind {
         IstioKind::ServiceEntry => ConfigKind::ServiceEntry,
         IstioKind::PeerAuthentication => ConfigKind::PeerAuthentication,
         IstioKind::Sidecar => ConfigKind::Sidecar,
+        IstioKind::RequestAuthentication => ConfigKind::RequestAuthentication,
     }
 }
 
@@ -393,6 +395,9 @@ pub fn to_inputs<'a>(
                         base.peer_authentications.push(Arc::new((**p).clone()))
                     }
                     IstioResource::Sidecar(s) => base.sidecars.push(Arc::new((**s).clone())),
+                    IstioResource::RequestAuthentication(r) => {
+                        base.request_authentications.push(Arc::new((**r).clone()))
+                    }
                 }
             }
         }

@@ -131,6 +131,7 @@ async fn snapshot(State(ctx): State<AdminContext>) -> Response {
         "virtual_services": data.virtual_services.iter().map(|v| format!("{}/{}", v.meta.namespace, v.meta.name)).collect::<Vec<_>>(),
         "destination_rules": data.destination_rules.iter().map(|d| format!("{}/{}", d.meta.namespace, d.meta.name)).collect::<Vec<_>>(),
         "peer_authentications": data.peer_authentications.iter().map(|p| format!("{}/{}", p.meta.namespace, p.meta.name)).collect::<Vec<_>>(),
+        "request_authentications": data.request_authentications.iter().map(|r| format!("{}/{}", r.meta.namespace, r.meta.name)).collect::<Vec<_>>(),
         "sidecars": data.sidecars.iter().map(|s| format!("{}/{}", s.meta.namespace, s.meta.name)).collect::<Vec<_>>(),
     }))
     .into_response()

@@ -37,7 +37,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::Api;
 use pilotfish_mesh::api::{
-    DestinationRule, PeerAuthentication, ServiceEntry, Sidecar, VirtualService,
+    DestinationRule, PeerAuthentication, RequestAuthentication, ServiceEntry, Sidecar,
+    VirtualService,
 };
 use pilotfish_mesh::push_context::BuildInputs;
 use tokio::sync::{mpsc, watch as channel};
@@ -95,6 +96,7 @@ where
         "ServiceEntry" => "ServiceEntry watch",
         "PeerAuthentication" => "PeerAuthentication watch",
         "Sidecar" => "Sidecar watch",
+        "RequestAuthentication" => "RequestAuthentication watch",
         "Service" => "Service watch",
         "EndpointSlice" => "EndpointSlice watch",
         "Pod" => "Pod watch",
@@ -159,6 +161,7 @@ impl KubeMode {
             watch_task::<ServiceEntry>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<PeerAuthentication>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<Sidecar>(client.clone(), updates_tx.clone(), sel()),
+            watch_task::<RequestAuthentication>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<Service>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<EndpointSlice>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<Pod>(client.clone(), updates_tx.clone(), sel()),

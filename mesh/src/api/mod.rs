@@ -3,7 +3,7 @@
 //!
 //! Public surface:
 //! - Kinds [`VirtualService`], [`DestinationRule`], [`ServiceEntry`],
-//!   [`PeerAuthentication`], [`Sidecar`] (spec types
+//!   [`PeerAuthentication`], [`RequestAuthentication`], [`Sidecar`] (spec types
 //!   `…Spec`, status [`IstioStatus`]); every nested message is named after its Istio proto
 //!   message (`HttpRoute`, `TrafficPolicy`, …) and every field is the snake_case of Istio's
 //!   JSON name (`consecutive_5xx_errors` for `consecutive5xxErrors`, `r#match` for `match`).
@@ -30,6 +30,7 @@ pub mod crd;
 pub mod destination_rule;
 pub mod duration;
 pub mod peer_authentication;
+pub mod request_authentication;
 pub mod service_entry;
 pub mod sidecar;
 pub mod status;
@@ -47,6 +48,9 @@ pub use destination_rule::{
 };
 pub use duration::{Duration, DurationParseError};
 pub use peer_authentication::{MtlsMode, MutualTls, PeerAuthentication, PeerAuthenticationSpec};
+pub use request_authentication::{
+    ClaimToHeader, JwtHeader, JwtRule, RequestAuthentication, RequestAuthenticationSpec,
+};
 pub use service_entry::{
     Location, Resolution, ServiceEntry, ServiceEntrySpec, ServicePort, WorkloadEntry,
     WorkloadSelector,
@@ -92,6 +96,7 @@ pub enum IstioResource {
     ServiceEntry(Box<ServiceEntry>),
     PeerAuthentication(Box<PeerAuthentication>),
     Sidecar(Box<Sidecar>),
+    RequestAuthentication(Box<RequestAuthentication>),
 }
 
 /// The kind of an object, read from its `apiVersion` and `kind` before parsing the rest.
@@ -102,16 +107,18 @@ pub enum IstioKind {
     ServiceEntry,
     PeerAuthentication,
     Sidecar,
+    RequestAuthentication,
 }
 
 impl IstioKind {
     /// Every supported kind.
-    pub const ALL: [IstioKind; 5] = [
+    pub const ALL: [IstioKind; 6] = [
         IstioKind::VirtualService,
         IstioKind::DestinationRule,
         IstioKind::ServiceEntry,
         IstioKind::PeerAuthentication,
         IstioKind::Sidecar,
+        IstioKind::RequestAuthentication,
     ];
 
     /// The Kubernetes `kind` string.
@@ -122,13 +129,14 @@ impl IstioKind {
             IstioKind::ServiceEntry => "ServiceEntry",
             IstioKind::PeerAuthentication => "PeerAuthentication",
             IstioKind::Sidecar => "Sidecar",
+            IstioKind::RequestAuthentication => "RequestAuthentication",
         }
     }
 
     /// The kind's API group.
     pub fn group(self) -> &'static str {
         match self {
-            IstioKind::PeerAuthentication => SECURITY_GROUP,
+            IstioKind::PeerAuthentication | IstioKind::RequestAuthentication => SECURITY_GROUP,
             _ => GROUP,
         }
     }
@@ -136,7 +144,9 @@ impl IstioKind {
     /// The versions Istio serves for the kind, storage version first.
     pub fn served_versions(self) -> &'static [&'static str] {
         match self {
-            IstioKind::PeerAuthentication => &SECURITY_SERVED_VERSIONS,
+            IstioKind::PeerAuthentication | IstioKind::RequestAuthentication => {
+                &SECURITY_SERVED_VERSIONS
+            }
             _ => &SERVED_VERSIONS,
         }
     }
@@ -149,6 +159,7 @@ impl IstioKind {
             IstioKind::ServiceEntry => "serviceentries",
             IstioKind::PeerAuthentication => "peerauthentications",
             IstioKind::Sidecar => "sidecars",
+            IstioKind::RequestAuthentication => "requestauthentications",
         }
     }
 
@@ -220,6 +231,9 @@ impl IstioResource {
                 parse_strict(value).map(|o| IstioResource::PeerAuthentication(Box::new(o)))
             }
             IstioKind::Sidecar => parse_strict(value).map(|o| IstioResource::Sidecar(Box::new(o))),
+            IstioKind::RequestAuthentication => {
+                parse_strict(value).map(|o| IstioResource::RequestAuthentication(Box::new(o)))
+            }
         }
         .map(Some)
     }
@@ -275,6 +289,9 @@ impl IstioResource {
             IstioKind::Sidecar => document
                 .parse_reporting_unknown()
                 .map(|p| boxed(p, IstioResource::Sidecar)),
+            IstioKind::RequestAuthentication => document
+                .parse_reporting_unknown()
+                .map(|p| boxed(p, IstioResource::RequestAuthentication)),
         }
         .map(Some)
     }
@@ -287,6 +304,7 @@ impl IstioResource {
             IstioResource::ServiceEntry(_) => IstioKind::ServiceEntry,
             IstioResource::PeerAuthentication(_) => IstioKind::PeerAuthentication,
             IstioResource::Sidecar(_) => IstioKind::Sidecar,
+            IstioResource::RequestAuthentication(_) => IstioKind::RequestAuthentication,
         }
     }
 
@@ -298,6 +316,7 @@ impl IstioResource {
             IstioResource::ServiceEntry(o) => &o.metadata,
             IstioResource::PeerAuthentication(o) => &o.metadata,
             IstioResource::Sidecar(o) => &o.metadata,
+            IstioResource::RequestAuthentication(o) => &o.metadata,
         }
     }
 }

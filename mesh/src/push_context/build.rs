@@ -12,15 +12,17 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use super::notices::{service_entry_notices, sidecar_notices, virtual_service_notices};
 use super::references::{KnownHosts, SubsetIndex, virtual_service_references};
 use super::validate::{
-    validate_destination_rule, validate_peer_authentication, validate_service_entry,
-    validate_sidecar, validate_virtual_service,
+    validate_destination_rule, validate_peer_authentication, validate_request_authentication,
+    validate_service_entry, validate_sidecar, validate_virtual_service,
 };
 use super::{
-    Config, ConfigMeta, DestinationRuleConfig, MeshData, PeerAuthenticationConfig, PushContext,
-    SidecarConfig, VirtualServiceConfig, config_age_order, delegate, visibility,
+    Config, ConfigMeta, DestinationRuleConfig, JwksOutcome, JwksSource, MeshData,
+    PeerAuthenticationConfig, PushContext, RequestAuthenticationConfig, SidecarConfig,
+    VirtualServiceConfig, config_age_order, delegate, visibility,
 };
 use crate::api::{
-    DestinationRule, PeerAuthentication, ServiceEntry, Sidecar, VirtualService, VirtualServiceSpec,
+    DestinationRule, PeerAuthentication, RequestAuthentication, ServiceEntry, Sidecar,
+    VirtualService, VirtualServiceSpec,
 };
 use crate::config::{ConfigError, ConfigKey, ConfigKind};
 use crate::mesh_config::MeshConfig;
@@ -47,6 +49,11 @@ pub struct BuildInputs {
     pub service_entries: Vec<Arc<ServiceEntry>>,
     pub peer_authentications: Vec<Arc<PeerAuthentication>>,
     pub sidecars: Vec<Arc<Sidecar>>,
+    pub request_authentications: Vec<Arc<RequestAuthentication>>,
+    /// Key sets fetched for RequestAuthentications (the controller's resolver). A source
+    /// an accepted policy needs and this lacks keeps its outcome from the previous
+    /// snapshot (a new leader serves what the old one fetched until it fetches itself).
+    pub jwks: BTreeMap<JwksSource, JwksOutcome>,
     /// Findings made while reading the inputs (fields of Istio objects that Pilotfish does
     /// not know), reported with the build's own.
     pub input_warnings: Vec<ConfigError>,
@@ -344,10 +351,34 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         }
     }
 
+    // RequestAuthentications: each judged alone; which apply to a workload is a query
+    // (`PushContext::jwt_rules_for_workload`).
+    let mut request_authentications: Vec<Arc<RequestAuthenticationConfig>> = Vec::new();
+    for ra in &inputs.request_authentications {
+        let meta = meta_of(&ra.metadata);
+        let validated = validate_request_authentication(ra);
+        findings.extend(validated.findings);
+        match validated.spec {
+            Some(spec) => request_authentications.push(Arc::new(Config { meta, spec })),
+            None => {
+                if let Some(prev) = previous.and_then(|p| find(p.request_authentications(), &meta))
+                {
+                    kept_previous.push(ConfigKey::new(
+                        ConfigKind::RequestAuthentication,
+                        &meta.namespace,
+                        &meta.name,
+                    ));
+                    request_authentications.push(prev.clone());
+                }
+            }
+        }
+    }
+    let jwks = resolved_jwks(&request_authentications, &inputs.jwks, previous);
+
     findings.sort();
     findings.dedup();
     kept_previous.sort();
-    let data = assemble(
+    let mut data = assemble(
         inputs,
         services,
         endpoints,
@@ -356,6 +387,10 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         peer_authentications,
         sidecars,
     );
+    request_authentications
+        .sort_by(|a, b| (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name)));
+    data.request_authentications = request_authentications;
+    data.jwks = jwks;
     BuildOutput {
         context: PushContext::from_data(data),
         findings,
@@ -469,7 +504,30 @@ fn assemble(
         destination_rules,
         peer_authentications,
         sidecars,
+        request_authentications: Vec::new(),
+        jwks: BTreeMap::new(),
     }
+}
+
+/// The key-set outcome of every source the accepted policies need: the resolver's, else
+/// the previous snapshot's; sources no policy needs any more are dropped.
+fn resolved_jwks(
+    policies: &[Arc<RequestAuthenticationConfig>],
+    fetched: &BTreeMap<JwksSource, JwksOutcome>,
+    previous: Option<&PushContext>,
+) -> BTreeMap<JwksSource, JwksOutcome> {
+    policies
+        .iter()
+        .flat_map(|ra| ra.spec.jwt_rules.iter())
+        .filter_map(JwksSource::of_rule)
+        .filter_map(|source| {
+            let outcome = fetched
+                .get(&source)
+                .or_else(|| previous.and_then(|p| p.jwks().get(&source)))?
+                .clone();
+            Some((source, outcome))
+        })
+        .collect()
 }
 
 fn find<'a, T>(list: &'a [Arc<Config<T>>], meta: &ConfigMeta) -> Option<&'a Arc<Config<T>>> {

@@ -53,6 +53,7 @@ use pilotfish_mesh::push_context::{EffectiveMtls, PushContext};
 use super::eds::socket_address;
 use super::findings::Finding;
 use super::inbound_mtls::{self, ChainProtocol};
+use super::jwt_authn::{self, ResolvedJwtRule};
 use super::l4::{cidr, cidr_key, l4_chains, tcp_proxy_filter};
 use super::names;
 use super::plan::{ClusterPlan, OutboundPlan, OutboundPort, outbound_ports};
@@ -427,6 +428,7 @@ fn sidecar_hcm(
 pub fn sidecar_inbound_listener(
     inbound: &[InboundPort],
     mtls: &EffectiveMtls,
+    jwt_rules: &[ResolvedJwtRule],
     trust_domain: &str,
 ) -> Listener {
     let mut chains = vec![FilterChain {
@@ -494,9 +496,11 @@ pub fn sidecar_inbound_listener(
                         validate_clusters: bool_value(false),
                         ..Default::default()
                     }),
-                    (p.protocol == Protocol::GrpcWeb)
-                        .then(grpc_web_filter)
+                    // RequestAuthentication first, as in Istio: before authorization,
+                    // gRPC-Web and the router.
+                    jwt_authn::jwt_authn_filter(jwt_rules)
                         .into_iter()
+                        .chain((p.protocol == Protocol::GrpcWeb).then(grpc_web_filter))
                         .chain([http_filter(ROUTER_FILTER, any(&Router::default()))])
                         .collect(),
                 );

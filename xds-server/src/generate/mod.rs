@@ -13,7 +13,8 @@
 //!
 //! Layout: [`scope`] (what a proxy's output depends on), [`plan`] (the outbound clusters
 //! every type is derived from), [`policy`] (DestinationRule merge), [`cds`], [`eds`],
-//! [`lds`] with [`inbound_mtls`] (PeerAuthentication's inbound chains), [`rds`] with
+//! [`lds`] with [`inbound_mtls`] (PeerAuthentication's inbound chains) and [`jwt_authn`]
+//! (RequestAuthentication's filter), [`rds`] with
 //! [`route`] (VirtualService translation, then the proxyless pass) and [`tls`], [`names`] (Istio's resource names and domains), [`util`], [`json`];
 //! [`sanitize`] replaces a broken reference in a generated part, [`audit`] (above the
 //! snapshot) checks whole snapshots. The generators do no telemetry: they return
@@ -29,6 +30,7 @@ pub mod findings;
 pub mod identities;
 pub mod inbound_mtls;
 pub mod json;
+pub mod jwt_authn;
 pub mod l4;
 pub mod lds;
 pub mod metrics;

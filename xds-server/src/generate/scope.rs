@@ -32,9 +32,11 @@ use pilotfish_mesh::model::{
     Locality, Protocol, Proxy, ProxyGenerator, Service, TargetPort, labels_match,
 };
 use pilotfish_mesh::push_context::{
-    EffectiveMtls, PeerAuthenticationConfig, PushContext, SidecarConfig, peer_authn,
-    sidecar::select_sidecar,
+    EffectiveMtls, JwksOutcome, JwksSource, PeerAuthenticationConfig, PushContext,
+    RequestAuthenticationConfig, SidecarConfig, peer_authn, request_authn, sidecar::select_sidecar,
 };
+
+use super::jwt_authn::{self, ResolvedJwtRule};
 
 /// The two families of output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -103,6 +105,9 @@ pub struct Scope {
     /// The mutual TLS mode of a sidecar's workload (PeerAuthentication), `None` for
     /// proxyless clients.
     pub inbound_mtls: Option<EffectiveMtls>,
+    /// The JWT rules (RequestAuthentication) a sidecar's workload verifies, with their
+    /// key sets; empty for proxyless clients.
+    pub inbound_jwt: Arc<[ResolvedJwtRule]>,
 }
 
 /// The cached parts of a proxy's output.
@@ -134,6 +139,7 @@ impl Scope {
             Part::InboundListener => {
                 s.inbound = self.inbound.clone();
                 s.inbound_mtls = self.inbound_mtls.clone();
+                s.inbound_jwt = self.inbound_jwt.clone();
             }
             Part::OutboundClusters => {
                 s.namespace = self.namespace.clone();
@@ -195,6 +201,9 @@ pub struct ScopeIndex {
     peer_authentications: HashMap<String, Vec<Arc<PeerAuthenticationConfig>>>,
     /// The snapshot's Sidecars, in its order (scopes hold indexes into it).
     sidecars: Vec<Arc<SidecarConfig>>,
+    /// The snapshot's RequestAuthentications and the key sets their rules use.
+    request_authentications: Vec<Arc<RequestAuthenticationConfig>>,
+    jwks: BTreeMap<JwksSource, JwksOutcome>,
 }
 
 impl ScopeIndex {
@@ -203,6 +212,8 @@ impl ScopeIndex {
             root_namespace: push.mesh().root_namespace.clone(),
             named_namespaces: named_namespaces(push),
             sidecars: push.sidecars().to_vec(),
+            request_authentications: push.request_authentications().to_vec(),
+            jwks: push.jwks().clone(),
             ..ScopeIndex::default()
         };
         for dr in push.destination_rules() {
@@ -425,6 +436,18 @@ impl ScopeIndex {
             }
             Flavor::Proxyless => (Vec::new(), None),
         };
+        let inbound_jwt = match flavor {
+            Flavor::Sidecar => {
+                let rules = request_authn::rules_for_workload(
+                    &self.root_namespace,
+                    &proxy.namespace,
+                    &proxy.labels,
+                    &self.request_authentications,
+                );
+                jwt_authn::resolve(&rules, &self.jwks)
+            }
+            Flavor::Proxyless => Arc::from([]),
+        };
         Scope {
             flavor: Some(flavor),
             namespace: self.namespace_class(&proxy.namespace),
@@ -435,6 +458,7 @@ impl ScopeIndex {
             failover_labels,
             inbound,
             inbound_mtls,
+            inbound_jwt,
         }
     }
 

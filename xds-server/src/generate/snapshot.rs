@@ -643,8 +643,12 @@ impl GeneratedSnapshot {
             }
             Part::InboundListener => {
                 let mtls = scope.inbound_mtls.clone().unwrap_or_default();
-                let listener =
-                    lds::sidecar_inbound_listener(&scope.inbound, &mtls, &push.mesh().trust_domain);
+                let listener = lds::sidecar_inbound_listener(
+                    &scope.inbound,
+                    &mtls,
+                    &scope.inbound_jwt,
+                    &push.mesh().trust_domain,
+                );
                 encode(vec![listener], |l| &l.name)
             }
             Part::Routes => {

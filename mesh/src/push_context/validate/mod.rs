@@ -11,12 +11,14 @@ mod common;
 mod destination_rule;
 mod names;
 mod peer_authentication;
+mod request_authentication;
 mod service_entry;
 pub(crate) mod sidecar;
 mod virtual_service;
 
 pub use destination_rule::validate_destination_rule;
 pub use peer_authentication::validate_peer_authentication;
+pub use request_authentication::validate_request_authentication;
 pub use service_entry::validate_service_entry;
 pub use sidecar::validate_sidecar;
 pub use virtual_service::validate_virtual_service;
