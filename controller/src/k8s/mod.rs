@@ -49,6 +49,7 @@ use discovery::Selection;
 use lease::{Leadership, LeaseConfig};
 use mode::ModeLoop;
 use pilotfish_shared::bus::Claim;
+use pilotfish_shared::jwks::{Fetcher, JwksLink, ResolverSettings};
 use pilotfish_shared::pipeline::Pipeline;
 use pilotfish_shared::pipeline::seed::Seed;
 use status::writer::{EventSink, StatusWriter};
@@ -126,6 +127,33 @@ fn until_shutdown(
         }
     }
     .boxed()
+}
+
+/// The JWKS resolver (see [`pilotfish_shared::jwks`]) as a task of the mode, and its link
+/// for the loop; `None` (rules needing a fetched key set fail closed) only if no TLS
+/// client can be set up.
+fn key_set_resolver(tasks: &mut Vec<Task>, shutdown: &CancellationToken) -> Option<JwksLink> {
+    let settings = ResolverSettings::default();
+    let fetcher = match Fetcher::new(None, settings.max_body_bytes) {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::error!(error = %e, "no HTTP client for JWKS: RequestAuthentication rules with jwksUri or issuer discovery fail closed");
+            return None;
+        }
+    };
+    let (link, task) = pilotfish_shared::jwks::resolver(settings, fetcher);
+    tasks.push((
+        "JWKS resolver",
+        until_shutdown(
+            shutdown.clone(),
+            async move {
+                task.await;
+                Ok(())
+            }
+            .boxed(),
+        ),
+    ));
+    Some(link)
 }
 
 impl KubeMode {
@@ -214,6 +242,7 @@ impl KubeMode {
                 ),
             ));
         }
+        let jwks = key_set_resolver(&mut tasks, &shutdown);
         let mode_loop = ModeLoop {
             identity: self.lease.identity.clone(),
             lease_name: format!("{}/{}", self.lease.namespace, self.lease.name),
@@ -226,6 +255,7 @@ impl KubeMode {
             admin,
             selection: selection_tx,
             mesh_updates,
+            jwks,
         };
         tasks.push((
             "controller loop",

@@ -241,6 +241,49 @@ fn space_delimited_rules(schema: &mut Schema) {
     schema.insert("maxItems".into(), 64.into());
 }
 
+/// Parses a JSON Web Key Set (or a single JSON Web Key, which Istio's parser accepts
+/// too): every key has a known `kty` and its public members. Returns the indexes of keys
+/// holding private material.
+pub fn parse_jwks(text: &str) -> Result<Vec<usize>, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let keys: Vec<&serde_json::Value> = match value.get("keys") {
+        Some(serde_json::Value::Array(keys)) => keys.iter().collect(),
+        Some(_) => return Err("\"keys\" must be an array".into()),
+        None if value.is_object() => vec![&value],
+        None => return Err("a JSON Web Key Set must be an object".into()),
+    };
+    let mut private = Vec::new();
+    for (i, key) in keys.into_iter().enumerate() {
+        let member = |name: &str| key.get(name).and_then(|v| v.as_str());
+        let kty = member("kty").ok_or_else(|| format!("key {i}: missing \"kty\""))?;
+        let required: &[&str] = match kty {
+            "RSA" => &["n", "e"],
+            "EC" => &["crv", "x", "y"],
+            "OKP" => &["crv", "x"],
+            "oct" => &["k"],
+            other => return Err(format!("key {i}: unsupported key type {other:?}")),
+        };
+        for name in required {
+            let v = member(name).ok_or_else(|| format!("key {i}: missing {name:?}"))?;
+            if *name != "crv" && !is_base64url(v) {
+                return Err(format!("key {i}: {name:?} is not base64url"));
+            }
+        }
+        if kty == "oct" || key.get("d").is_some() {
+            private.push(i);
+        }
+    }
+    Ok(private)
+}
+
+fn is_base64url(v: &str) -> bool {
+    !v.is_empty()
+        && v.trim_end_matches('=')
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -374,6 +374,7 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         }
     }
     let jwks = resolved_jwks(&request_authentications, &inputs.jwks, previous);
+    findings.extend(unfetched_key_sets(&request_authentications, &jwks));
 
     findings.sort();
     findings.dedup();
@@ -507,6 +508,44 @@ fn assemble(
         request_authentications: Vec::new(),
         jwks: BTreeMap::new(),
     }
+}
+
+/// A warning on each JWT rule whose key set could not be fetched, naming the rule, the
+/// URI and why: its tokens are rejected (fail closed) until a fetch succeeds.
+fn unfetched_key_sets(
+    policies: &[Arc<RequestAuthenticationConfig>],
+    jwks: &BTreeMap<JwksSource, JwksOutcome>,
+) -> Vec<ConfigError> {
+    let mut out = Vec::new();
+    for ra in policies {
+        let key = ConfigKey::new(
+            ConfigKind::RequestAuthentication,
+            &ra.meta.namespace,
+            &ra.meta.name,
+        );
+        for (i, rule) in ra.spec.jwt_rules.iter().enumerate() {
+            let Some(source) = JwksSource::of_rule(rule) else {
+                continue;
+            };
+            if let Some(JwksOutcome::Failed(why)) = jwks.get(&source) {
+                let field = if rule.jwks_uri.is_empty() {
+                    "issuer"
+                } else {
+                    "jwksUri"
+                };
+                out.push(ConfigError::warning(
+                    &key,
+                    format!("spec.jwtRules[{i}].{field}"),
+                    format!(
+                        "the key set of {} could not be fetched ({why}): tokens of issuer {:?} are rejected until it is",
+                        source.first_url(),
+                        rule.issuer
+                    ),
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// The key-set outcome of every source the accepted policies need: the resolver's, else

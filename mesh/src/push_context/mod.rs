@@ -381,14 +381,22 @@ impl PushContext {
         )
     }
 
-    /// Every key-set source the accepted RequestAuthentications need fetched.
-    pub fn jwks_sources(&self) -> std::collections::BTreeSet<JwksSource> {
-        self.data
+    /// Every key-set source the accepted RequestAuthentications need fetched, with the
+    /// longest fetch timeout of the rules naming it.
+    pub fn jwks_sources(&self) -> std::collections::BTreeMap<JwksSource, std::time::Duration> {
+        let mut out = std::collections::BTreeMap::new();
+        for rule in self
+            .data
             .request_authentications
             .iter()
             .flat_map(|ra| ra.spec.jwt_rules.iter())
-            .filter_map(JwksSource::of_rule)
-            .collect()
+        {
+            if let Some(source) = JwksSource::of_rule(rule) {
+                let timeout = out.entry(source).or_insert(rule.fetch_timeout());
+                *timeout = (*timeout).max(rule.fetch_timeout());
+            }
+        }
+        out
     }
 
     /// Every accepted PeerAuthentication, sorted by (namespace, name).
