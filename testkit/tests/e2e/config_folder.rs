@@ -56,6 +56,14 @@ apiVersion: security.istio.io/v1
 kind: PeerAuthentication
 metadata: {name: default, namespace: istio-system}
 spec: {mtls: {mode: STRICT}}
+---
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {name: tokens, namespace: bookinfo}
+spec:
+  jwtRules:
+  - issuer: https://issuer.example.com
+    jwks: '{\"keys\":[{\"kty\":\"EC\",\"crv\":\"P-256\",\"x\":\"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU\",\"y\":\"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0\"}]}'
 ";
 
 fn service(name: &str) -> String {
@@ -144,9 +152,15 @@ fn a_mixed_folder_is_served_and_a_quiet_folder_costs_nothing() {
         serde_json::json!(["bookinfo/default"]),
         "{snapshot}"
     );
+    assert_eq!(
+        snapshot["request_authentications"],
+        serde_json::json!(["bookinfo/tokens"]),
+        "{snapshot}"
+    );
     for kind in [
         "security.istio.io/v1/PeerAuthentication",
         "networking.istio.io/v1/Sidecar",
+        "security.istio.io/v1/RequestAuthentication",
     ] {
         assert_eq!(
             server

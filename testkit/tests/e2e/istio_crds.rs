@@ -64,6 +64,7 @@ async fn the_istio_crds_and_corpus_apply_with_kubectl() {
         "serviceentries.networking.istio.io",
         "sidecars.networking.istio.io",
         "peerauthentications.security.istio.io",
+        "requestauthentications.security.istio.io",
     ] {
         cluster
             .kubectl_ok(&[
@@ -106,6 +107,7 @@ async fn the_istio_crds_and_corpus_apply_with_kubectl() {
         "serviceentries",
         "sidecars",
         "peerauthentications",
+        "requestauthentications",
     ]
     .into_iter()
     .map(|kind| async {
