@@ -33,13 +33,14 @@ use envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3::{
     JwtRequirementAndList, JwtRequirementOrList, RequirementRule, jwt_provider,
     jwt_requirement::RequiresType, requirement_rule::RequirementType,
 };
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpFilter, http_filter::ConfigType,
+};
 use envoy_types::pb::google::protobuf::Empty;
 use pilotfish_mesh::api::JwtRule;
 use pilotfish_mesh::push_context::request_authn::local_jwks;
 use pilotfish_mesh::push_context::{JwksOutcome, JwksSource};
 
-use super::route::http_filter;
 use super::util::any;
 
 /// The filter's name, also the dynamic-metadata namespace of verified payloads.
@@ -76,7 +77,11 @@ pub fn resolve(
 
 /// The `jwt_authn` HTTP filter for `rules`; `None` when there are none.
 pub fn jwt_authn_filter(rules: &[ResolvedJwtRule]) -> Option<HttpFilter> {
-    (!rules.is_empty()).then(|| http_filter(JWT_AUTHN_FILTER, any(&jwt_authentication(rules))))
+    (!rules.is_empty()).then(|| HttpFilter {
+        name: JWT_AUTHN_FILTER.to_string(),
+        config_type: Some(ConfigType::TypedConfig(any(&jwt_authentication(rules)))),
+        ..Default::default()
+    })
 }
 
 fn jwt_authentication(rules: &[ResolvedJwtRule]) -> JwtAuthentication {
