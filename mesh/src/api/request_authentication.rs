@@ -64,16 +64,18 @@ pub struct RequestAuthenticationSpec {
 /// Istio's `istio.type.v1beta1.PolicyTargetReference`.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = target_ref_rules)]
 pub struct PolicyTargetReference {
     /// The group of the target resource (`""` is the core group).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(extend("maxLength" = 253, "pattern" = r"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))]
     pub group: String,
-    /// The kind of the target resource.
+    /// The kind of the target resource (required by the schema; read leniently so that
+    /// validation names it when missing).
     #[serde(default)]
     #[schemars(extend("minLength" = 1, "maxLength" = 63, "pattern" = "^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$"))]
     pub kind: String,
-    /// The name of the target resource.
+    /// The name of the target resource (required by the schema, as `kind`).
     #[serde(default)]
     #[schemars(extend("minLength" = 1, "maxLength" = 253))]
     pub name: String,
@@ -226,6 +228,11 @@ fn jwt_rule_rules(schema: &mut Schema) {
             "message": "only one of jwks or jwksUri can be set"
         }]),
     );
+}
+
+/// Istio's CRD: a target reference names its `kind` and `name`.
+fn target_ref_rules(schema: &mut Schema) {
+    schema.insert("required".into(), serde_json::json!(["kind", "name"]));
 }
 
 /// Istio's CRD: list items of at least one character.
