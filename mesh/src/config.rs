@@ -15,6 +15,7 @@ pub enum ConfigKind {
     PeerAuthentication,
     Sidecar,
     RequestAuthentication,
+    AuthorizationPolicy,
     Service,
     EndpointSlice,
     Pod,
@@ -30,6 +31,7 @@ impl ConfigKind {
             ConfigKind::PeerAuthentication => "PeerAuthentication",
             ConfigKind::Sidecar => "Sidecar",
             ConfigKind::RequestAuthentication => "RequestAuthentication",
+            ConfigKind::AuthorizationPolicy => "AuthorizationPolicy",
             ConfigKind::Service => "Service",
             ConfigKind::EndpointSlice => "EndpointSlice",
             ConfigKind::Pod => "Pod",
@@ -38,13 +40,14 @@ impl ConfigKind {
     }
 
     /// Every kind, in declaration order.
-    pub const ALL: [ConfigKind; 10] = [
+    pub const ALL: [ConfigKind; 11] = [
         ConfigKind::VirtualService,
         ConfigKind::DestinationRule,
         ConfigKind::ServiceEntry,
         ConfigKind::PeerAuthentication,
         ConfigKind::Sidecar,
         ConfigKind::RequestAuthentication,
+        ConfigKind::AuthorizationPolicy,
         ConfigKind::Service,
         ConfigKind::EndpointSlice,
         ConfigKind::Pod,

@@ -1,6 +1,7 @@
 //! Kubernetes-style YAML as mesh objects: what `kubectl get -o yaml` prints (Service,
 //! EndpointSlice, Pod, Node, VirtualService, DestinationRule, ServiceEntry,
-//! PeerAuthentication, Sidecar, RequestAuthentication), parsed from text and
+//! PeerAuthentication, Sidecar, RequestAuthentication, AuthorizationPolicy), parsed from
+//! text and
 //! collected into builder inputs. Pure: the folder that feeds it (standalone mode and the
 //! controller's `--config-dir` mode) is `pilotfish_shared::source`.
 //!
@@ -332,6 +333,7 @@ fn with_default_namespace_istio(mut r: IstioResource) -> IstioResource {
         IstioResource::PeerAuthentication(o) => default_namespace(&mut o.metadata),
         IstioResource::Sidecar(o) => default_namespace(&mut o.metadata),
         IstioResource::RequestAuthentication(o) => default_namespace(&mut o.metadata),
+        IstioResource::AuthorizationPolicy(o) => default_namespace(&mut o.metadata),
     }
     r
 }
@@ -354,6 +356,7 @@ pub fn config_kind(kind: IstioKind) -> ConfigKind {
         IstioKind::PeerAuthentication => ConfigKind::PeerAuthentication,
         IstioKind::Sidecar => ConfigKind::Sidecar,
         IstioKind::RequestAuthentication => ConfigKind::RequestAuthentication,
+        IstioKind::AuthorizationPolicy => ConfigKind::AuthorizationPolicy,
     }
 }
 
@@ -397,6 +400,9 @@ pub fn to_inputs<'a>(
                     IstioResource::Sidecar(s) => base.sidecars.push(Arc::new((**s).clone())),
                     IstioResource::RequestAuthentication(r) => {
                         base.request_authentications.push(Arc::new((**r).clone()))
+                    }
+                    IstioResource::AuthorizationPolicy(a) => {
+                        base.authorization_policies.push(Arc::new((**a).clone()))
                     }
                 }
             }
@@ -490,11 +496,16 @@ apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata: {name: deny-all}
 spec: {}
+---
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {name: jwt}
+spec: {}
 ";
         let parsed = parse_text(Path::new("bookinfo-gateway.yaml"), text);
         assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
         let kinds: Vec<&str> = parsed.objects.iter().map(|o| o.key().0).collect();
-        assert_eq!(kinds, ["VirtualService", "Sidecar"]);
+        assert_eq!(kinds, ["VirtualService", "Sidecar", "AuthorizationPolicy"]);
         let ignored: Vec<(&str, &str, bool)> = parsed
             .ignored
             .iter()
@@ -504,7 +515,7 @@ spec: {}
             ignored,
             [
                 ("networking.istio.io/v1/Gateway", "bookinfo-gateway", true),
-                ("security.istio.io/v1/AuthorizationPolicy", "deny-all", true),
+                ("security.istio.io/v1/RequestAuthentication", "jwt", true),
             ]
         );
     }

@@ -138,6 +138,7 @@ async fn snapshot(State(ctx): State<AdminContext>) -> Response {
             pilotfish_mesh::push_context::JwksOutcome::Failed(e) => json!({"source": source.to_string(), "fetched": false, "error": e}),
         }).collect::<Vec<_>>(),
         "sidecars": data.sidecars.iter().map(|s| format!("{}/{}", s.meta.namespace, s.meta.name)).collect::<Vec<_>>(),
+        "authorization_policies": data.authorization_policies.iter().map(|a| format!("{}/{}", a.meta.namespace, a.meta.name)).collect::<Vec<_>>(),
     }))
     .into_response()
 }

@@ -14,7 +14,8 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::ads::{ChangeKind, ConnectionRegistry, SnapshotSender, StampedSnapshot, XdsSnapshot};
-use crate::generate::{Auditor, GeneratedSnapshot};
+use crate::audit_worker::AuditWorker;
+use crate::generate::GeneratedSnapshot;
 
 /// Pushes remembered for `/debug/push_status`.
 const HISTORY: usize = 32;
@@ -87,8 +88,17 @@ pub async fn run(
 ) {
     let mut previous: Option<Arc<GeneratedSnapshot>> = None;
     // One auditor for the replica's snapshots, so each audit decodes only new content;
-    // audits run one at a time.
-    let auditor = Arc::new(Mutex::new(Auditor::default()));
+    // it runs on its own low-priority thread, newest snapshot only.
+    let audit_state = state.clone();
+    let auditor = match AuditWorker::start(Box::new(move |version, broken| {
+        audit_state.set_broken(version, broken)
+    })) {
+        Ok(worker) => Some(worker),
+        Err(e) => {
+            tracing::error!(error = %e, "could not start the consistency audit thread; snapshots are served unaudited");
+            None
+        }
+    };
     loop {
         let followed = snapshots.borrow_and_update().clone();
         if let Some(followed) = followed {
@@ -133,21 +143,14 @@ pub async fn run(
             });
             tracing::info!(version, change = ?change, streams = registry.len(), "serving snapshot");
             // The generators never emit a broken reference (they replace it); this audit
-            // reports one as a bug and warms the cache for typical proxies. It runs after
-            // the engine has the snapshot, so it never delays convergence.
-            let audit_state = state.clone();
-            let snapshot_for_next = snapshot.clone();
-            let auditor = auditor.clone();
-            tokio::task::spawn_blocking(move || {
-                let broken = auditor
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .check(&snapshot);
-                audit_state.set_broken(version, broken.len());
-            });
+            // reports one as a bug. It runs after the engine has the snapshot and only
+            // when the streams leave the core idle, so it never delays convergence.
+            if let Some(auditor) = &auditor {
+                auditor.submit(snapshot.clone());
+            }
             // Held strongly only until the next snapshot is made from it: the new one
             // keeps it weakly (streams still serving it keep it alive).
-            previous = Some(snapshot_for_next);
+            previous = Some(snapshot);
         }
         if snapshots.changed().await.is_err() {
             return;

@@ -12,6 +12,8 @@
 //!   `CreateCertificate`, and ADS for authenticated streams.
 //! - [`metrics`]: the Prometheus metrics, under Istio's names.
 //! - [`feed`]: bus follower → generated snapshots → the engine, with the push history.
+//! - [`audit_worker`]: the consistency audit on a thread of its own at nice 19, newest
+//!   snapshot only, so it never competes with serving.
 //! - [`admin`]: the admin HTTP server and its debug pages.
 //! - [`generate`]: the generators (CDS/EDS/LDS/RDS from the mesh model, sidecar and proxyless)
 //!   and [`generate::GeneratedSnapshot`], which implements [`ads::XdsSnapshot`]; the engine does
@@ -19,6 +21,7 @@
 
 pub mod admin;
 pub mod ads;
+pub mod audit_worker;
 pub mod feed;
 pub mod generate;
 pub mod identity;

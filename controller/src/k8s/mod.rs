@@ -37,8 +37,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::Api;
 use pilotfish_mesh::api::{
-    DestinationRule, PeerAuthentication, RequestAuthentication, ServiceEntry, Sidecar,
-    VirtualService,
+    AuthorizationPolicy, DestinationRule, PeerAuthentication, RequestAuthentication, ServiceEntry,
+    Sidecar, VirtualService,
 };
 use pilotfish_mesh::push_context::BuildInputs;
 use tokio::sync::{mpsc, watch as channel};
@@ -98,6 +98,7 @@ where
         "PeerAuthentication" => "PeerAuthentication watch",
         "Sidecar" => "Sidecar watch",
         "RequestAuthentication" => "RequestAuthentication watch",
+        "AuthorizationPolicy" => "AuthorizationPolicy watch",
         "Service" => "Service watch",
         "EndpointSlice" => "EndpointSlice watch",
         "Pod" => "Pod watch",
@@ -190,6 +191,7 @@ impl KubeMode {
             watch_task::<PeerAuthentication>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<Sidecar>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<RequestAuthentication>(client.clone(), updates_tx.clone(), sel()),
+            watch_task::<AuthorizationPolicy>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<Service>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<EndpointSlice>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<Pod>(client.clone(), updates_tx.clone(), sel()),

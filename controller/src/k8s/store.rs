@@ -18,8 +18,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use pilotfish_mesh::api::{
-    DestinationRule, IstioStatus, PeerAuthentication, RequestAuthentication, ServiceEntry, Sidecar,
-    VirtualService,
+    AuthorizationPolicy, DestinationRule, IstioStatus, PeerAuthentication, RequestAuthentication,
+    ServiceEntry, Sidecar, VirtualService,
 };
 use pilotfish_mesh::config::{ConfigKey, ConfigKind};
 use pilotfish_mesh::model::{NodeInfo, PodInfo};
@@ -124,6 +124,11 @@ istio_kind!(
     RequestAuthentication,
     "RequestAuthentication",
     request_authentications
+);
+istio_kind!(
+    AuthorizationPolicy,
+    "AuthorizationPolicy",
+    authorization_policies
 );
 
 impl Watched for KubeService {
@@ -519,6 +524,7 @@ pub struct Stores {
     pub peer_authentications: KindStore<PeerAuthentication>,
     pub sidecars: KindStore<Sidecar>,
     pub request_authentications: KindStore<RequestAuthentication>,
+    pub authorization_policies: KindStore<AuthorizationPolicy>,
     pub services: KindStore<KubeService>,
     pub endpoint_slices: KindStore<EndpointSlice>,
     pub pods: KindStore<PodInfo>,
@@ -539,6 +545,10 @@ impl Stores {
             (
                 self.request_authentications.synced(),
                 RequestAuthentication::KIND,
+            ),
+            (
+                self.authorization_policies.synced(),
+                AuthorizationPolicy::KIND,
             ),
             (self.services.synced(), KubeService::KIND),
             (self.endpoint_slices.synced(), EndpointSlice::KIND),
@@ -568,6 +578,7 @@ impl Stores {
             + self.peer_authentications.retain_namespaces(&keep)
             + self.sidecars.retain_namespaces(&keep)
             + self.request_authentications.retain_namespaces(&keep)
+            + self.authorization_policies.retain_namespaces(&keep)
             + self.services.retain_namespaces(&keep)
             + self.endpoint_slices.retain_namespaces(&keep)
             + self.pods.retain_namespaces(&keep)
@@ -599,6 +610,7 @@ impl Stores {
                 RequestAuthentication::KIND,
                 self.request_authentications.len(),
             ),
+            (AuthorizationPolicy::KIND, self.authorization_policies.len()),
             (KubeService::KIND, self.services.len()),
             (EndpointSlice::KIND, self.endpoint_slices.len()),
             (Pod::KIND, self.pods.len()),
@@ -641,6 +653,7 @@ impl Stores {
             sidecars: live(&self.sidecars, &terminating).collect(),
             request_authentications: live(&self.request_authentications, &terminating).collect(),
             jwks: base.jwks.clone(),
+            authorization_policies: live(&self.authorization_policies, &terminating).collect(),
             input_warnings: self.unknown_field_warnings(&terminating),
             send_unhealthy_endpoints: base.send_unhealthy_endpoints,
         }
@@ -673,6 +686,10 @@ impl Stores {
             (
                 ConfigKind::RequestAuthentication,
                 self.request_authentications.unknown_fields(),
+            ),
+            (
+                ConfigKind::AuthorizationPolicy,
+                self.authorization_policies.unknown_fields(),
             ),
         ] {
             for ((namespace, name), paths) in fields {
@@ -726,6 +743,12 @@ impl Stores {
         collect_config(
             &self.request_authentications,
             ConfigKind::RequestAuthentication,
+            |o| (&o.metadata, o.status.as_ref()),
+            &mut out,
+        );
+        collect_config(
+            &self.authorization_policies,
+            ConfigKind::AuthorizationPolicy,
             |o| (&o.metadata, o.status.as_ref()),
             &mut out,
         );

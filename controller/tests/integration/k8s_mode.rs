@@ -594,6 +594,90 @@ async fn peer_authentications_are_served_and_invalid_ones_reported() {
     replica.assert_alive();
 }
 
+/// AuthorizationPolicy is watched like the other Istio kinds: a valid one reaches the
+/// snapshot and applies to the workloads it selects; a CUSTOM one (ext_authz, which
+/// Pilotfish does not support) gets `Reconciled=False` saying so and one `InvalidConfig`
+/// Event about the `security.istio.io` object — and stays in the snapshot, where the
+/// generators turn it into DENY rules (it never allows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authorization_policies_are_served_and_custom_ones_refused() {
+    let cluster = Cluster::start().await;
+    cluster.install_istio_crds().await;
+    reviews_mesh(&cluster).await;
+    let allow = json!({
+        "apiVersion": "security.istio.io/v1",
+        "kind": "AuthorizationPolicy",
+        "metadata": {"name": "reviews-get", "namespace": "default"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "reviews"}},
+            "rules": [{"to": [{"operation": {"methods": ["GET"]}}]}]
+        },
+    });
+    let custom = json!({
+        "apiVersion": "security.istio.io/v1beta1",
+        "kind": "AuthorizationPolicy",
+        "metadata": {"name": "ext-authz", "namespace": "default"},
+        "spec": {"action": "CUSTOM", "provider": {"name": "opa"}, "rules": [{}]},
+    });
+    cluster.apply(allow.clone()).await;
+    cluster.apply(custom.clone()).await;
+    let bus = MemoryBus::new();
+    let (follower, _task) = bus.follow(decode);
+    let mut replica = Replica::start(&cluster, "a", Arc::new(bus.publisher()), fast_timings());
+    let served = eventually("both AuthorizationPolicies, served", || async {
+        let ctx = follower.current()?;
+        let names: Vec<String> = ctx
+            .value
+            .authorization_policies()
+            .iter()
+            .map(|p| format!("{}/{}", p.meta.namespace, p.meta.name))
+            .collect();
+        (names.len() == 2).then_some(names)
+    })
+    .await;
+    assert_eq!(served, ["default/ext-authz", "default/reviews-get"]);
+    let labels = std::collections::BTreeMap::from([("app".to_string(), "reviews".to_string())]);
+    let applied = follower
+        .current()
+        .unwrap()
+        .value
+        .authorization_for_workload("default", &labels);
+    assert_eq!(applied.allow.len(), 1);
+    assert_eq!(applied.custom.len(), 1);
+    let condition = eventually("Reconciled=False on the CUSTOM one", || async {
+        let c = reconciled(&cluster.get(&custom).await?)?;
+        (c["status"] == "False").then_some(c)
+    })
+    .await;
+    let message = condition["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.action: CUSTOM (ext_authz) is not supported by Pilotfish"),
+        "{message}"
+    );
+    let valid = eventually("Reconciled=True on the valid one", || async {
+        reconciled(&cluster.get(&allow).await?)
+    })
+    .await;
+    assert_eq!(valid["status"], "True", "{valid}");
+    let events: Api<CoreEvent> = Api::namespaced(cluster.client(), "default");
+    let invalid = eventually("the InvalidConfig Event", || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        let found: Vec<CoreEvent> = list
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("InvalidConfig"))
+            .collect();
+        (!found.is_empty()).then_some(found)
+    })
+    .await;
+    assert_eq!(invalid.len(), 1, "{invalid:?}");
+    let about = &invalid[0].involved_object;
+    assert_eq!(about.kind.as_deref(), Some("AuthorizationPolicy"));
+    assert_eq!(about.api_version.as_deref(), Some("security.istio.io/v1"));
+    assert_eq!(about.name.as_deref(), Some("ext-authz"));
+    replica.assert_alive();
+}
+
 /// Sidecar is watched like the other Istio kinds: a valid one reaches the snapshot (the
 /// replica selects it for the namespace), one with a field Pilotfish does not translate (an
 /// ingress listener's capture mode) is

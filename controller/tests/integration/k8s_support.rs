@@ -105,6 +105,7 @@ impl Cluster {
         let plural = match kind {
             "EndpointSlice" => "endpointslices".to_string(),
             "Namespace" => "namespaces".to_string(),
+            "AuthorizationPolicy" => "authorizationpolicies".to_string(),
             other => format!("{}s", other.to_lowercase()),
         };
         let resource = ApiResource::from_gvk_with_plural(

@@ -140,8 +140,8 @@ fn unknown_fields_are_warnings_naming_the_field() {
 
 /// Istio's sample layout — a Gateway and the VirtualService bound to it in one file —
 /// beside a Sidecar and an AuthorizationPolicy: valid Istio configuration, so exit 0; the
-/// kinds Pilotfish does not support yet are warnings, the Sidecar is checked like the
-/// VirtualService.
+/// kind Pilotfish does not support yet (Gateway) is a warning, the Sidecar and the
+/// AuthorizationPolicy are checked like the VirtualService.
 #[test]
 fn unsupported_istio_kinds_are_warnings_not_errors() {
     let dir = tempfile::tempdir().unwrap();
@@ -157,18 +157,33 @@ fn unsupported_istio_kinds_are_warnings_not_errors() {
     .unwrap();
     let (code, out) = validate(&["-f", dir.path().to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
-    for kind in [
-        "networking.istio.io/v1/Gateway default/bookinfo-gateway",
-        "security.istio.io/v1/AuthorizationPolicy default/deny-all",
-    ] {
-        assert!(
-            out.lines().any(|l| l.starts_with("warning: ")
-                && l.contains(kind)
-                && l.ends_with("not supported by Pilotfish yet: ignored")),
-            "{kind}:\n{out}"
-        );
-    }
-    assert!(out.contains("2 object(s) checked: 0 error(s)"), "{out}");
+    let kind = "networking.istio.io/v1/Gateway default/bookinfo-gateway";
+    assert!(
+        out.lines().any(|l| l.starts_with("warning: ")
+            && l.contains(kind)
+            && l.ends_with("not supported by Pilotfish yet: ignored")),
+        "{kind}:\n{out}"
+    );
+    assert!(
+        !out.contains("AuthorizationPolicy default/deny-all"),
+        "{out}"
+    );
+    assert!(out.contains("3 object(s) checked: 0 error(s)"), "{out}");
+}
+
+/// A CUSTOM AuthorizationPolicy is refused with the reason, naming the field.
+#[test]
+fn custom_authorization_policy_is_refused_clearly() {
+    let file = corpus("invalid/ap-custom.yaml");
+    let (code, out) = validate(&["-f", file.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.lines().any(
+            |l| l.starts_with("error: AuthorizationPolicy istio-system/ext-authz")
+                && l.contains("spec.action: CUSTOM (ext_authz) is not supported by Pilotfish")
+        ),
+        "{out}"
+    );
 }
 
 /// Istio validates each object alone: a VirtualService whose subsets are defined in a

@@ -13,8 +13,8 @@ use kube::CustomResourceExt;
 use serde_json::Value;
 
 use super::{
-    DestinationRule, PeerAuthentication, RequestAuthentication, SECURITY_SERVED_VERSIONS,
-    SERVED_VERSIONS, ServiceEntry, Sidecar, VirtualService,
+    AuthorizationPolicy, DestinationRule, PeerAuthentication, RequestAuthentication,
+    SECURITY_SERVED_VERSIONS, SERVED_VERSIONS, ServiceEntry, Sidecar, VirtualService,
 };
 
 /// The header written at the top of every generated file.
@@ -34,6 +34,11 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         with_served_versions(Sidecar::crd(), SpecRequired::No, &SERVED_VERSIONS),
         with_served_versions(
             RequestAuthentication::crd(),
+            SpecRequired::No,
+            &SECURITY_SERVED_VERSIONS,
+        ),
+        with_served_versions(
+            AuthorizationPolicy::crd(),
             SpecRequired::No,
             &SECURITY_SERVED_VERSIONS,
         ),
@@ -445,6 +450,12 @@ mod tests {
                 "security.istio.io_peerauthentications.yaml",
                 vec!["Mode", "Age"],
             ),
+            (
+                "AuthorizationPolicy",
+                "ap",
+                "security.istio.io_authorizationpolicies.yaml",
+                vec!["Action", "Age"],
+            ),
         ] {
             let crd = by_kind(kind);
             assert_eq!(
@@ -567,6 +578,23 @@ mod tests {
         );
         assert_eq!(rules(at(&se, "spec.endpoints[]")).len(), 2);
         assert_eq!(rules(at(&se, "spec.endpoints[].address")).len(), 2);
+
+        let ap = v1_schema("AuthorizationPolicy");
+        assert_eq!(rules(at(&ap, "spec")).len(), 1);
+        assert_eq!(at(&ap, "spec.rules")["maxItems"], 512);
+        assert_eq!(at(&ap, "spec.rules[].from")["maxItems"], 512);
+        assert_eq!(at(&ap, "spec.targetRefs")["maxItems"], 16);
+        assert_eq!(rules(at(&ap, "spec.rules[].from[].source")).len(), 1);
+        let sa = at(&ap, "spec.rules[].from[].source.serviceAccounts");
+        assert_eq!(sa["maxItems"], 16);
+        assert_eq!(sa["items"]["maxLength"], 320);
+        assert_eq!(
+            rules(at(&ap, "spec.targetRefs[].namespace")),
+            ["self.size() == 0"]
+        );
+        assert_eq!(at(&ap, "spec.targetRef.kind")["minLength"], 1);
+        assert_eq!(at(&ap, "spec.action")["enum"][3], "CUSTOM");
+        assert_eq!(rules(at(&ap, "spec.selector.matchLabels")).len(), 2);
     }
 
     #[test]

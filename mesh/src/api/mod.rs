@@ -3,7 +3,8 @@
 //!
 //! Public surface:
 //! - Kinds [`VirtualService`], [`DestinationRule`], [`ServiceEntry`],
-//!   [`PeerAuthentication`], [`RequestAuthentication`], [`Sidecar`] (spec types
+//!   [`PeerAuthentication`], [`RequestAuthentication`], [`Sidecar`],
+//!   [`AuthorizationPolicy`] (spec types
 //!   `…Spec`, status [`IstioStatus`]); every nested message is named after its Istio proto
 //!   message (`HttpRoute`, `TrafficPolicy`, …) and every field is the snake_case of Istio's
 //!   JSON name (`consecutive_5xx_errors` for `consecutive5xxErrors`, `r#match` for `match`).
@@ -25,6 +26,7 @@
 //! deserialization is lenient (unknown fields ignored) so stored snapshots stay readable
 //! across versions; user input must go through the strict entry points.
 
+pub mod authorization_policy;
 pub mod common;
 pub mod crd;
 pub mod destination_rule;
@@ -37,6 +39,10 @@ pub mod status;
 pub mod strict;
 pub mod virtual_service;
 
+pub use authorization_policy::{
+    AuthorizationAction, AuthorizationPolicy, AuthorizationPolicySpec, Condition,
+    ExtensionProvider, Operation, PolicyTargetReference, Rule, RuleFrom, RuleTo, Source,
+};
 pub use common::{Destination, Labels, OneofGroup, Oneofs, Percent, PortSelector, StringMatch};
 pub use destination_rule::{
     ClientTlsSettings, ConnectionPoolSettings, ConsistentHashLb, DestinationRule,
@@ -97,6 +103,7 @@ pub enum IstioResource {
     PeerAuthentication(Box<PeerAuthentication>),
     Sidecar(Box<Sidecar>),
     RequestAuthentication(Box<RequestAuthentication>),
+    AuthorizationPolicy(Box<AuthorizationPolicy>),
 }
 
 /// The kind of an object, read from its `apiVersion` and `kind` before parsing the rest.
@@ -108,17 +115,19 @@ pub enum IstioKind {
     PeerAuthentication,
     Sidecar,
     RequestAuthentication,
+    AuthorizationPolicy,
 }
 
 impl IstioKind {
     /// Every supported kind.
-    pub const ALL: [IstioKind; 6] = [
+    pub const ALL: [IstioKind; 7] = [
         IstioKind::VirtualService,
         IstioKind::DestinationRule,
         IstioKind::ServiceEntry,
         IstioKind::PeerAuthentication,
         IstioKind::Sidecar,
         IstioKind::RequestAuthentication,
+        IstioKind::AuthorizationPolicy,
     ];
 
     /// The Kubernetes `kind` string.
@@ -130,13 +139,16 @@ impl IstioKind {
             IstioKind::PeerAuthentication => "PeerAuthentication",
             IstioKind::Sidecar => "Sidecar",
             IstioKind::RequestAuthentication => "RequestAuthentication",
+            IstioKind::AuthorizationPolicy => "AuthorizationPolicy",
         }
     }
 
     /// The kind's API group.
     pub fn group(self) -> &'static str {
         match self {
-            IstioKind::PeerAuthentication | IstioKind::RequestAuthentication => SECURITY_GROUP,
+            IstioKind::PeerAuthentication
+            | IstioKind::RequestAuthentication
+            | IstioKind::AuthorizationPolicy => SECURITY_GROUP,
             _ => GROUP,
         }
     }
@@ -144,9 +156,9 @@ impl IstioKind {
     /// The versions Istio serves for the kind, storage version first.
     pub fn served_versions(self) -> &'static [&'static str] {
         match self {
-            IstioKind::PeerAuthentication | IstioKind::RequestAuthentication => {
-                &SECURITY_SERVED_VERSIONS
-            }
+            IstioKind::PeerAuthentication
+            | IstioKind::RequestAuthentication
+            | IstioKind::AuthorizationPolicy => &SECURITY_SERVED_VERSIONS,
             _ => &SERVED_VERSIONS,
         }
     }
@@ -160,6 +172,7 @@ impl IstioKind {
             IstioKind::PeerAuthentication => "peerauthentications",
             IstioKind::Sidecar => "sidecars",
             IstioKind::RequestAuthentication => "requestauthentications",
+            IstioKind::AuthorizationPolicy => "authorizationpolicies",
         }
     }
 
@@ -234,6 +247,9 @@ impl IstioResource {
             IstioKind::RequestAuthentication => {
                 parse_strict(value).map(|o| IstioResource::RequestAuthentication(Box::new(o)))
             }
+            IstioKind::AuthorizationPolicy => {
+                parse_strict(value).map(|o| IstioResource::AuthorizationPolicy(Box::new(o)))
+            }
         }
         .map(Some)
     }
@@ -292,6 +308,9 @@ impl IstioResource {
             IstioKind::RequestAuthentication => document
                 .parse_reporting_unknown()
                 .map(|p| boxed(p, IstioResource::RequestAuthentication)),
+            IstioKind::AuthorizationPolicy => document
+                .parse_reporting_unknown()
+                .map(|p| boxed(p, IstioResource::AuthorizationPolicy)),
         }
         .map(Some)
     }
@@ -305,6 +324,7 @@ impl IstioResource {
             IstioResource::PeerAuthentication(_) => IstioKind::PeerAuthentication,
             IstioResource::Sidecar(_) => IstioKind::Sidecar,
             IstioResource::RequestAuthentication(_) => IstioKind::RequestAuthentication,
+            IstioResource::AuthorizationPolicy(_) => IstioKind::AuthorizationPolicy,
         }
     }
 
@@ -317,6 +337,7 @@ impl IstioResource {
             IstioResource::PeerAuthentication(o) => &o.metadata,
             IstioResource::Sidecar(o) => &o.metadata,
             IstioResource::RequestAuthentication(o) => &o.metadata,
+            IstioResource::AuthorizationPolicy(o) => &o.metadata,
         }
     }
 }

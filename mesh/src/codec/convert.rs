@@ -11,8 +11,8 @@ use crate::model::{
     ServiceEndpoints, ServiceOrigin, ServicePort, TargetPort,
 };
 use crate::push_context::{
-    ConfigMeta, DestinationRuleConfig, JwksOutcome, JwksSource, PeerAuthenticationConfig,
-    PushContext, SidecarConfig, VirtualServiceConfig,
+    AuthorizationPolicyConfig, ConfigMeta, DestinationRuleConfig, JwksOutcome, JwksSource,
+    PeerAuthenticationConfig, PushContext, SidecarConfig, VirtualServiceConfig,
 };
 
 pub fn mesh_to_pb(m: &MeshConfig) -> pb::MeshSettings {
@@ -262,6 +262,11 @@ pub fn configs_to_pb(ctx: &PushContext) -> Vec<pb::Config> {
                 .iter()
                 .map(|ra| config_to_pb(pb::Kind::RequestAuthentication, &ra.meta, &ra.spec)),
         )
+        .chain(
+            data.authorization_policies
+                .iter()
+                .map(|ap| config_to_pb_ap(ap)),
+        )
         .collect();
     configs.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
     configs
@@ -307,6 +312,10 @@ pub fn jwks_from_pb(j: pb::Jwks) -> (JwksSource, JwksOutcome) {
         },
         outcome,
     )
+}
+
+pub fn config_to_pb_ap(ap: &AuthorizationPolicyConfig) -> pb::Config {
+    config_to_pb(pb::Kind::AuthorizationPolicy, &ap.meta, &ap.spec)
 }
 
 pub fn config_to_pb_pa(pa: &PeerAuthenticationConfig) -> pb::Config {

@@ -407,6 +407,7 @@ pub fn from_pb(s: pb::Snapshot) -> Result<PushContext, DecodeError> {
         sidecars: Vec::new(),
         request_authentications: Vec::new(),
         jwks: s.jwks.into_iter().map(convert::jwks_from_pb).collect(),
+        authorization_policies: Vec::new(),
     };
     for c in s.configs {
         let meta = ConfigMeta {
@@ -445,6 +446,13 @@ pub fn from_pb(s: pb::Snapshot) -> Result<PushContext, DecodeError> {
                     DecodeError::Corrupt(format!("RequestAuthentication {}: {e}", what()))
                 })?;
                 data.request_authentications
+                    .push(Arc::new(Config { meta, spec }));
+            }
+            Ok(pb::Kind::AuthorizationPolicy) => {
+                let spec = serde_json::from_slice(&c.spec_json).map_err(|e| {
+                    DecodeError::Corrupt(format!("AuthorizationPolicy {}: {e}", what()))
+                })?;
+                data.authorization_policies
                     .push(Arc::new(Config { meta, spec }));
             }
             // A config kind added by a newer writer: this replica cannot serve it, but the

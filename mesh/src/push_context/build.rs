@@ -9,20 +9,22 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Service as KubeService;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
+use super::authz::{AuthorizationPolicyEntry, DRY_RUN_ANNOTATION, parse_go_bool};
 use super::notices::{service_entry_notices, sidecar_notices, virtual_service_notices};
 use super::references::{KnownHosts, SubsetIndex, virtual_service_references};
 use super::validate::{
-    validate_destination_rule, validate_peer_authentication, validate_request_authentication,
-    validate_service_entry, validate_sidecar, validate_virtual_service,
+    validate_authorization_policy, validate_destination_rule, validate_peer_authentication,
+    validate_request_authentication, validate_service_entry, validate_sidecar,
+    validate_virtual_service,
 };
 use super::{
-    Config, ConfigMeta, DestinationRuleConfig, JwksOutcome, JwksSource, MeshData,
-    PeerAuthenticationConfig, PushContext, RequestAuthenticationConfig, SidecarConfig,
+    AuthorizationPolicyConfig, Config, ConfigMeta, DestinationRuleConfig, JwksOutcome, JwksSource,
+    MeshData, PeerAuthenticationConfig, PushContext, RequestAuthenticationConfig, SidecarConfig,
     VirtualServiceConfig, config_age_order, delegate, visibility,
 };
 use crate::api::{
-    DestinationRule, PeerAuthentication, RequestAuthentication, ServiceEntry, Sidecar,
-    VirtualService, VirtualServiceSpec,
+    AuthorizationPolicy, DestinationRule, PeerAuthentication, RequestAuthentication, ServiceEntry,
+    Sidecar, VirtualService, VirtualServiceSpec,
 };
 use crate::config::{ConfigError, ConfigKey, ConfigKind};
 use crate::mesh_config::MeshConfig;
@@ -54,6 +56,7 @@ pub struct BuildInputs {
     /// an accepted policy needs and this lacks keeps its outcome from the previous
     /// snapshot (a new leader serves what the old one fetched until it fetches itself).
     pub jwks: BTreeMap<JwksSource, JwksOutcome>,
+    pub authorization_policies: Vec<Arc<AuthorizationPolicy>>,
     /// Findings made while reading the inputs (fields of Istio objects that Pilotfish does
     /// not know), reported with the build's own.
     pub input_warnings: Vec<ConfigError>,
@@ -373,6 +376,43 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
             }
         }
     }
+
+    // AuthorizationPolicies: each judged alone; which ones apply to a workload is a query
+    // (`PushContext::authorization_for_workload`). A CUSTOM policy is an error but kept:
+    // the generators render it as DENY rules.
+    let mut authorization_policies: Vec<Arc<AuthorizationPolicyConfig>> = Vec::new();
+    for ap in &inputs.authorization_policies {
+        let meta = meta_of(&ap.metadata);
+        let key = ConfigKey::new(ConfigKind::AuthorizationPolicy, &meta.namespace, &meta.name);
+        let validated = validate_authorization_policy(ap);
+        findings.extend(validated.findings);
+        match validated.spec {
+            Some(policy) => {
+                if !policy.effective_target_refs().is_empty() {
+                    findings.push(ConfigError::warning(
+                        &key,
+                        "spec.targetRefs",
+                        "Istio applies a policy with targetRefs only to gateways and waypoints, never to sidecars or proxyless servers; Pilotfish serves neither, so this policy applies to no workload",
+                    ));
+                }
+                let dry_run = ap
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(DRY_RUN_ANNOTATION))
+                    .and_then(|v| parse_go_bool(v))
+                    .unwrap_or(false);
+                let spec = AuthorizationPolicyEntry { policy, dry_run };
+                authorization_policies.push(Arc::new(Config { meta, spec }));
+            }
+            None => {
+                if let Some(prev) = previous.and_then(|p| find(p.authorization_policies(), &meta)) {
+                    kept_previous.push(key);
+                    authorization_policies.push(prev.clone());
+                }
+            }
+        }
+    }
     let jwks = resolved_jwks(&request_authentications, &inputs.jwks, previous);
     findings.extend(unfetched_key_sets(&request_authentications, &jwks));
 
@@ -392,6 +432,9 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         .sort_by(|a, b| (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name)));
     data.request_authentications = request_authentications;
     data.jwks = jwks;
+    authorization_policies
+        .sort_by(|a, b| (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name)));
+    data.authorization_policies = authorization_policies;
     BuildOutput {
         context: PushContext::from_data(data),
         findings,
@@ -507,6 +550,7 @@ fn assemble(
         sidecars,
         request_authentications: Vec::new(),
         jwks: BTreeMap::new(),
+        authorization_policies: Vec::new(),
     }
 }
 

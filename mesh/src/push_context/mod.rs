@@ -11,6 +11,7 @@
 //! JWT rules (RequestAuthentication) and key sets a sidecar verifies tokens with
 //! (`request_authn`).
 
+pub mod authz;
 mod build;
 mod delegate;
 mod diff;
@@ -38,13 +39,15 @@ use crate::config::{ConfigKey, ConfigKind};
 use crate::mesh_config::MeshConfig;
 use crate::model::{Proxy, Service, ServiceEndpoints};
 
+pub use authz::{AuthorizationPolicyConfig, AuthorizationPolicyEntry, WorkloadAuthorization};
 pub use build::{BuildInputs, BuildOutput, build, build_endpoints_only};
 pub use diff::{ChangeSummary, diff};
 pub use peer_authn::EffectiveMtls;
 pub use request_authn::{JwksOutcome, JwksSource};
 pub use validate::{
-    validate_destination_rule, validate_peer_authentication, validate_request_authentication,
-    validate_service_entry, validate_sidecar, validate_virtual_service,
+    validate_authorization_policy, validate_destination_rule, validate_peer_authentication,
+    validate_request_authentication, validate_service_entry, validate_sidecar,
+    validate_virtual_service,
 };
 use visibility::DestinationRuleIndex;
 
@@ -93,6 +96,7 @@ pub struct MeshData {
     /// The fetched key set (or why there is none) of every source the accepted
     /// RequestAuthentications need: resolved by the controller, served as is.
     pub jwks: std::collections::BTreeMap<JwksSource, JwksOutcome>,
+    pub authorization_policies: Vec<Arc<AuthorizationPolicyConfig>>,
 }
 
 /// A 64-bit content hash of one item.
@@ -134,6 +138,8 @@ pub struct PushContext {
     dr_index: DestinationRuleIndex,
     /// namespace → indexes into `data.peer_authentications`.
     pa_by_namespace: HashMap<String, Vec<usize>>,
+    /// namespace → indexes into `data.authorization_policies`, oldest first.
+    ap_by_namespace: HashMap<String, Vec<usize>>,
 }
 
 fn item_hash<T: Hash + ?Sized>(item: &T) -> ItemHash {
@@ -257,6 +263,30 @@ impl PushContext {
                 hash,
             );
         }
+        let mut ap_by_namespace: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, ap) in data.authorization_policies.iter().enumerate() {
+            hashes.configs.insert(
+                ConfigKey::new(
+                    ConfigKind::AuthorizationPolicy,
+                    &ap.meta.namespace,
+                    &ap.meta.name,
+                ),
+                spec_hash(&ap.meta, &ap.spec),
+            );
+            ap_by_namespace
+                .entry(ap.meta.namespace.clone())
+                .or_default()
+                .push(i);
+        }
+        // Istio lists each namespace's policies oldest first.
+        for list in ap_by_namespace.values_mut() {
+            list.sort_by(|&a, &b| {
+                config_age_order(
+                    &data.authorization_policies[a].meta,
+                    &data.authorization_policies[b].meta,
+                )
+            });
+        }
         PushContext {
             data,
             hashes,
@@ -266,6 +296,7 @@ impl PushContext {
             vs_wildcards,
             dr_index,
             pa_by_namespace,
+            ap_by_namespace,
         }
     }
 
@@ -397,6 +428,32 @@ impl PushContext {
             }
         }
         out
+    }
+
+    /// Every accepted AuthorizationPolicy, sorted by (namespace, name).
+    pub fn authorization_policies(&self) -> &[Arc<AuthorizationPolicyConfig>] {
+        &self.data.authorization_policies
+    }
+
+    /// The AuthorizationPolicies that apply to a workload in `namespace` with `labels`,
+    /// grouped by action, as Istio selects them (root namespace first, then the
+    /// workload's; each oldest first; `authz`).
+    pub fn authorization_for_workload(
+        &self,
+        namespace: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> WorkloadAuthorization {
+        let root = self.data.mesh.root_namespace.as_str();
+        let mut lookup = vec![root];
+        if root != namespace {
+            lookup.push(namespace);
+        }
+        let candidates = lookup
+            .into_iter()
+            .filter_map(|ns| self.ap_by_namespace.get(ns))
+            .flatten()
+            .map(|&i| &self.data.authorization_policies[i]);
+        authz::select(candidates, labels)
     }
 
     /// Every accepted PeerAuthentication, sorted by (namespace, name).

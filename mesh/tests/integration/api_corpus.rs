@@ -125,6 +125,7 @@ fn valid_documents_round_trip() {
             IstioResource::PeerAuthentication(o) => serde_json::to_value(o),
             IstioResource::Sidecar(o) => serde_json::to_value(o),
             IstioResource::RequestAuthentication(o) => serde_json::to_value(o),
+            IstioResource::AuthorizationPolicy(o) => serde_json::to_value(o),
         }
         .unwrap();
         let mut original = normalize(&value);
@@ -510,6 +511,11 @@ fn the_corpus_uses_every_field_of_every_schema() {
             // round-trip here: the API type's unit test covers it.
             .filter(|p| !p.starts_with(".status") && !used.contains(p))
             .filter(|p| p != ".spec.jwtRules[].jwks_uri")
+            // Only CUSTOM takes a provider, and Pilotfish refuses CUSTOM: the invalid
+            // corpus uses it (invalid/ap-custom.yaml).
+            .filter(|p| {
+                !(kind == IstioKind::AuthorizationPolicy && p.starts_with(".spec.provider"))
+            })
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();

@@ -8,13 +8,14 @@
 use std::path::Path;
 
 use pilotfish_mesh::api::{
-    DestinationRule, IstioResource, PeerAuthentication, RequestAuthentication, ServiceEntry,
-    Sidecar, VirtualService,
+    AuthorizationPolicy, DestinationRule, IstioResource, PeerAuthentication, RequestAuthentication,
+    ServiceEntry, Sidecar, VirtualService,
 };
 use pilotfish_mesh::config::{ConfigError, Severity};
 use pilotfish_mesh::push_context::{
-    validate_destination_rule, validate_peer_authentication, validate_request_authentication,
-    validate_service_entry, validate_sidecar, validate_virtual_service,
+    validate_authorization_policy, validate_destination_rule, validate_peer_authentication,
+    validate_request_authentication, validate_service_entry, validate_sidecar,
+    validate_virtual_service,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -57,7 +58,10 @@ fn object(case: &Case) -> Value {
             metadata[k] = v.clone();
         }
     }
-    let group = if case.kind == "PeerAuthentication" || case.kind == "RequestAuthentication" {
+    let group = if matches!(
+        case.kind.as_str(),
+        "PeerAuthentication" | "RequestAuthentication" | "AuthorizationPolicy"
+    ) {
         "security.istio.io"
     } else {
         "networking.istio.io"
@@ -91,6 +95,9 @@ fn findings(case: &Case) -> Vec<ConfigError> {
         IstioResource::Sidecar(sc) => validate_sidecar(&Sidecar::clone(&sc)).findings,
         IstioResource::RequestAuthentication(ra) => {
             validate_request_authentication(&RequestAuthentication::clone(&ra)).findings
+        }
+        IstioResource::AuthorizationPolicy(ap) => {
+            validate_authorization_policy(&AuthorizationPolicy::clone(&ap)).findings
         }
     }
 }

@@ -113,6 +113,7 @@ fn realistic_corpus_builds_without_errors() {
     let out = build(&inputs_of(&files), None);
     let errors: Vec<String> = out.errors().map(|e| e.to_string()).collect();
     assert!(errors.is_empty(), "{errors:#?}");
+    assert_eq!(out.context.authorization_policies().len(), 3);
     assert!(!out.context.virtual_services().is_empty());
     assert!(!out.context.destination_rules().is_empty());
 }

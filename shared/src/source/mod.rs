@@ -182,6 +182,11 @@ impl DirSource {
     /// A source that reads files once unchanged for `settle` (tests use short windows).
     pub fn with_settle(root: impl Into<PathBuf>, settle: Duration) -> Self {
         let root_path: PathBuf = root.into();
+        // The watcher reports absolute paths (notify joins a relative watch to the working
+        // directory), so files are keyed by absolute paths too: otherwise a file its
+        // writer finished would never be recognised under a relative `--config-dir` and
+        // would wait out the settle window.
+        let root_path = std::path::absolute(&root_path).unwrap_or(root_path);
         DirSource {
             root: root_path.clone(),
             files: BTreeMap::new(),
@@ -711,6 +716,27 @@ mod tests {
         src.note(FolderEvent::Lost);
         assert_eq!(src.rescan().pending, 1);
         assert_eq!(names(&src), ["a", "b"]);
+    }
+
+    /// Under a relative root, a file is still recognised by the absolute path the watcher
+    /// reports when its writer finishes it.
+    #[test]
+    fn a_relative_root_matches_the_watchers_absolute_paths() {
+        let cwd = std::env::current_dir().unwrap();
+        let dir = tempfile::tempdir_in(&cwd).unwrap();
+        let relative = dir.path().strip_prefix(&cwd).unwrap();
+        assert!(relative.is_relative());
+        let mut src = DirSource::with_settle(relative, Duration::from_secs(3600));
+        std::fs::write(relative.join("mesh.yaml"), SVC).unwrap();
+        assert_eq!(src.rescan().pending, 1);
+        src.note(FolderEvent::Finished(dir.path().join("mesh.yaml")));
+        let r = src.rescan();
+        assert_eq!(
+            (r.pending, r.files_read),
+            (0, 1),
+            "read at once, without the window"
+        );
+        assert_eq!(names(&src), ["a"]);
     }
 
     /// A folder that cannot be listed (`lost+found` under a non-root uid) is skipped and

@@ -343,6 +343,40 @@ async fn connect(
     bail!("cannot connect to {url}: {last:?}")
 }
 
+/// What a stream asks for first, as Envoy does: clusters, then listeners (RDS and EDS
+/// follow from their answers).
+const FIRST_TYPES: [&str; 2] = [CLUSTER, LISTENER];
+
+/// Opens an ADS stream at `path` (SotW or delta) and sends the first requests,
+/// `first(node, type_url)` for each of [`FIRST_TYPES`], the node only on the first.
+async fn open_ads<Req, Resp>(
+    node: &Node,
+    url: &str,
+    local: Option<IpAddr>,
+    path: &'static str,
+    first: impl Fn(Option<Node>, &'static str) -> Req,
+) -> Result<(mpsc::UnboundedSender<Req>, tonic::Streaming<Resp>)>
+where
+    Req: Message + Send + 'static,
+    Resp: Message + Default + Send + 'static,
+{
+    let mut grpc = connect(url, local).await?;
+    let (tx, rx) = mpsc::unbounded_channel::<Req>();
+    for (i, type_url) in FIRST_TYPES.into_iter().enumerate() {
+        tx.send(first((i == 0).then(|| node.clone()), type_url))
+            .map_err(|_| anyhow::anyhow!("request channel closed"))?;
+    }
+    let inbound = grpc
+        .streaming(
+            tonic::Request::new(UnboundedReceiverStream::new(rx)),
+            hyper::http::uri::PathAndQuery::from_static(path),
+            tonic_prost::ProstCodec::<Req, Resp>::default(),
+        )
+        .await?
+        .into_inner();
+    Ok((tx, inbound))
+}
+
 /// Per type on a SotW stream.
 #[derive(Default)]
 struct SotwType {
@@ -362,26 +396,19 @@ async fn sotw(
     fleet: &Fleet,
     answered: &mut bool,
 ) -> Result<()> {
-    let mut grpc = connect(url, local).await?;
-    let (tx, rx) = mpsc::unbounded_channel::<DiscoveryRequest>();
+    let (tx, mut inbound) =
+        open_ads::<_, RawResponse>(&node, url, local, SOTW_PATH, |node, type_url| {
+            DiscoveryRequest {
+                node,
+                type_url: type_url.into(),
+                ..Default::default()
+            }
+        })
+        .await?;
     let mut types: HashMap<&'static str, SotwType> = HashMap::new();
-    for (i, type_url) in [CLUSTER, LISTENER].into_iter().enumerate() {
-        tx.send(DiscoveryRequest {
-            node: (i == 0).then(|| node.clone()),
-            type_url: type_url.into(),
-            ..Default::default()
-        })?;
+    for type_url in FIRST_TYPES {
         types.entry(type_url).or_default().requested = true;
     }
-    let codec = tonic_prost::ProstCodec::<DiscoveryRequest, RawResponse>::default();
-    let mut inbound = grpc
-        .streaming(
-            tonic::Request::new(UnboundedReceiverStream::new(rx)),
-            hyper::http::uri::PathAndQuery::from_static(SOTW_PATH),
-            codec,
-        )
-        .await?
-        .into_inner();
     let mut configured = false;
     while let Some(response) = inbound.message().await? {
         *answered = true;
@@ -520,26 +547,19 @@ async fn delta(
     fleet: &Fleet,
     answered: &mut bool,
 ) -> Result<()> {
-    let mut grpc = connect(url, local).await?;
-    let (tx, rx) = mpsc::unbounded_channel::<DeltaDiscoveryRequest>();
+    let (tx, mut inbound) =
+        open_ads::<_, RawDeltaResponse>(&node, url, local, DELTA_PATH, |node, type_url| {
+            DeltaDiscoveryRequest {
+                node,
+                type_url: type_url.into(),
+                ..Default::default()
+            }
+        })
+        .await?;
     let mut types: HashMap<&'static str, DeltaType> = HashMap::new();
-    for (i, type_url) in [CLUSTER, LISTENER].into_iter().enumerate() {
-        tx.send(DeltaDiscoveryRequest {
-            node: (i == 0).then(|| node.clone()),
-            type_url: type_url.into(),
-            ..Default::default()
-        })?;
+    for type_url in FIRST_TYPES {
         types.entry(type_url).or_default().requested = true;
     }
-    let codec = tonic_prost::ProstCodec::<DeltaDiscoveryRequest, RawDeltaResponse>::default();
-    let mut inbound = grpc
-        .streaming(
-            tonic::Request::new(UnboundedReceiverStream::new(rx)),
-            hyper::http::uri::PathAndQuery::from_static(DELTA_PATH),
-            codec,
-        )
-        .await?
-        .into_inner();
     let mut configured = false;
     while let Some(response) = inbound.message().await? {
         *answered = true;

@@ -65,6 +65,7 @@ async fn the_istio_crds_and_corpus_apply_with_kubectl() {
         "sidecars.networking.istio.io",
         "peerauthentications.security.istio.io",
         "requestauthentications.security.istio.io",
+        "authorizationpolicies.security.istio.io",
     ] {
         cluster
             .kubectl_ok(&[
@@ -108,6 +109,7 @@ async fn the_istio_crds_and_corpus_apply_with_kubectl() {
         "sidecars",
         "peerauthentications",
         "requestauthentications",
+        "authorizationpolicies",
     ]
     .into_iter()
     .map(|kind| async {

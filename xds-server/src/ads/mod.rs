@@ -9,7 +9,8 @@
 //! - [`ServedSnapshot`], [`View`]: a snapshot with the responses computed from it, shared
 //!   by every stream; [`NameSets`], the interned subscriptions.
 //! - [`SotwStream`], [`DeltaStream`]: the per-stream protocol state machines, and the
-//!   responses they decide ([`SotwResponse`], [`DeltaResponse`]) with their encodings.
+//!   responses they decide ([`SotwResponse`], [`DeltaResponse`]) with their encodings;
+//!   [`StreamMachine`], the one interface their drivers (stream loop, fuzz targets) use.
 //! - [`AdsServer`], [`AdsConfig`], and [`serve`] to run it on a listener; [`Admission`],
 //!   the fair admission of new streams.
 //! - [`ConnectionRegistry`]: the open streams and their per-type status records
@@ -22,6 +23,7 @@ mod delta;
 mod grpc;
 mod handshake;
 mod intern;
+mod machine;
 mod map_snapshot;
 mod names;
 #[cfg(test)]
@@ -48,6 +50,7 @@ pub(crate) use connection::{Handler, Transport, serve_connections};
 pub use delta::DeltaStream;
 pub use grpc::AdsBody;
 pub use grpc::{DELTA_PATH, SOTW_PATH, StreamMeter};
+pub use machine::StreamMachine;
 pub use map_snapshot::MapSnapshot;
 pub use names::{NameSet, NameSets};
 pub use registry::{

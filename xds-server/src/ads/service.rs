@@ -13,8 +13,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use pilotfish_mesh::model::Proxy;
@@ -29,13 +27,13 @@ use super::grpc::{
     AdsBody, DELTA_PATH, Outbox, RequestStream, SOTW_PATH, response_channel, status_response,
     streaming_response,
 };
+use super::machine::StreamMachine;
 use super::names::NameSets;
-use super::registry::{ConnectionRegistry, StreamHandle, StreamMode, StreamStatus};
+use super::registry::{ConnectionRegistry, StreamHandle, StreamStatus};
 use super::sotw::SotwStream;
-use super::state::{Limit, ProtocolEvent, TypeStatus};
-use super::types::XdsType;
-use super::view::{ServedSnapshot, SnapshotReceiver};
-use super::wire::{ControlPlane, DeltaResponse, Encoded, SotwResponse, encode_delta, encode_sotw};
+use super::state::{Limit, ProtocolEvent};
+use super::view::SnapshotReceiver;
+use super::wire::ControlPlane;
 use crate::identity::{Caller, authorize_node};
 use crate::metrics;
 use crate::node::{ParsedNode, parse_node};
@@ -144,7 +142,7 @@ impl AdsServer {
 
     /// Admits a stream (draining, rate limit, first request, node) and starts its task;
     /// SotW and delta differ only in their state machine.
-    async fn open<M: Machine>(
+    async fn open<M: StreamMachine>(
         &self,
         request: Request<Incoming>,
         origin: Origin,
@@ -267,95 +265,6 @@ impl Handler for AdsServer {
     }
 }
 
-/// What the stream loop needs of a state machine; SotW and delta differ only here.
-trait Machine: Send + 'static {
-    type Request: prost::Message + Default + Send + 'static;
-    type Response: Send;
-    const MODE: StreamMode;
-    fn new(proxy: Arc<Proxy>, snapshot: Arc<ServedSnapshot>, names: Arc<NameSets>) -> Self;
-    /// The node of a request (only the first one is guaranteed to carry it).
-    fn node(request: &Self::Request) -> Option<&Node>;
-    fn on_request(&mut self, request: &Self::Request, now: SystemTime) -> Vec<ProtocolEvent>;
-    fn on_snapshot(&mut self, snapshot: Arc<ServedSnapshot>);
-    fn has_owed(&self) -> bool;
-    fn next_response(&mut self, now: SystemTime) -> Option<Self::Response>;
-    fn encode(response: &Self::Response, control_plane: &ControlPlane) -> (XdsType, Encoded);
-    fn status(&self) -> (Vec<TypeStatus>, Vec<String>);
-    fn snapshot_version(&self) -> u64;
-}
-
-// The stream loop drives the state machines through this trait; each method is the
-// machine's own (inherent) one.
-impl Machine for SotwStream {
-    type Request = DiscoveryRequest;
-    type Response = SotwResponse;
-    const MODE: StreamMode = StreamMode::Sotw;
-    fn new(proxy: Arc<Proxy>, snapshot: Arc<ServedSnapshot>, names: Arc<NameSets>) -> Self {
-        SotwStream::new(proxy, snapshot, names)
-    }
-    fn node(request: &DiscoveryRequest) -> Option<&Node> {
-        request.node.as_ref()
-    }
-    fn on_request(&mut self, request: &DiscoveryRequest, now: SystemTime) -> Vec<ProtocolEvent> {
-        SotwStream::on_request(self, request, now)
-    }
-    fn on_snapshot(&mut self, snapshot: Arc<ServedSnapshot>) {
-        SotwStream::on_snapshot(self, snapshot)
-    }
-    fn has_owed(&self) -> bool {
-        SotwStream::has_owed(self)
-    }
-    fn next_response(&mut self, now: SystemTime) -> Option<SotwResponse> {
-        SotwStream::next_response(self, now)
-    }
-    fn encode(response: &SotwResponse, control_plane: &ControlPlane) -> (XdsType, Encoded) {
-        (response.xds_type(), encode_sotw(response, control_plane))
-    }
-    fn status(&self) -> (Vec<TypeStatus>, Vec<String>) {
-        SotwStream::status(self)
-    }
-    fn snapshot_version(&self) -> u64 {
-        SotwStream::snapshot_version(self)
-    }
-}
-
-impl Machine for DeltaStream {
-    type Request = DeltaDiscoveryRequest;
-    type Response = DeltaResponse;
-    const MODE: StreamMode = StreamMode::Delta;
-    fn new(proxy: Arc<Proxy>, snapshot: Arc<ServedSnapshot>, names: Arc<NameSets>) -> Self {
-        DeltaStream::new(proxy, snapshot, names)
-    }
-    fn node(request: &DeltaDiscoveryRequest) -> Option<&Node> {
-        request.node.as_ref()
-    }
-    fn on_request(
-        &mut self,
-        request: &DeltaDiscoveryRequest,
-        now: SystemTime,
-    ) -> Vec<ProtocolEvent> {
-        DeltaStream::on_request(self, request, now)
-    }
-    fn on_snapshot(&mut self, snapshot: Arc<ServedSnapshot>) {
-        DeltaStream::on_snapshot(self, snapshot)
-    }
-    fn has_owed(&self) -> bool {
-        DeltaStream::has_owed(self)
-    }
-    fn next_response(&mut self, now: SystemTime) -> Option<DeltaResponse> {
-        DeltaStream::next_response(self, now)
-    }
-    fn encode(response: &DeltaResponse, control_plane: &ControlPlane) -> (XdsType, Encoded) {
-        (response.xds_type, encode_delta(response, control_plane))
-    }
-    fn status(&self) -> (Vec<TypeStatus>, Vec<String>) {
-        DeltaStream::status(self)
-    }
-    fn snapshot_version(&self) -> u64 {
-        DeltaStream::snapshot_version(self)
-    }
-}
-
 /// Where a stream came from: its peer and its connection's closing signal.
 struct Origin {
     peer: Option<SocketAddr>,
@@ -363,7 +272,7 @@ struct Origin {
 }
 
 /// One stream, from its first request to its end.
-async fn run_stream<M: Machine>(
+async fn run_stream<M: StreamMachine>(
     shared: Arc<Shared>,
     proxy: Arc<Proxy>,
     origin: Origin,
@@ -417,7 +326,7 @@ async fn run_stream<M: Machine>(
 }
 
 /// The I/O side of one registered stream.
-struct StreamIo<'a, M: Machine> {
+struct StreamIo<'a, M: StreamMachine> {
     shared: &'a Shared,
     snapshots: SnapshotReceiver,
     /// The connection's closing signal (max age or drain), when served by our listener.
@@ -434,7 +343,7 @@ struct Converging {
     sent: bool,
 }
 
-impl<M: Machine> StreamIo<'_, M> {
+impl<M: StreamMachine> StreamIo<'_, M> {
     async fn serve(self, mut machine: M, first: M::Request, peer: Option<SocketAddr>) {
         let StreamIo {
             shared,
@@ -519,7 +428,7 @@ impl<M: Machine> StreamIo<'_, M> {
 
 /// Computes the next response and hands it to the body (which has room: it asked).
 /// `false` when there was nothing to send.
-fn hand_over<M: Machine>(
+fn hand_over<M: StreamMachine>(
     shared: &Shared,
     machine: &mut M,
     outbox: &Outbox,
@@ -632,7 +541,7 @@ fn absorb(events: &[ProtocolEvent]) {
     }
 }
 
-fn publish_status<M: Machine>(handle: &StreamHandle, machine: &M) {
+fn publish_status<M: StreamMachine>(handle: &StreamHandle, machine: &M) {
     let (types, unknown) = machine.status();
     handle.update(machine.snapshot_version(), types, unknown);
 }

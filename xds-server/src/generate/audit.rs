@@ -33,7 +33,7 @@ use prost::Message;
 
 use super::findings::Finding;
 use super::sanitize::{listener_address, listener_references, route_clusters};
-use super::snapshot::{GeneratedSnapshot, report};
+use super::snapshot::GeneratedSnapshot;
 use super::tls::matches_sans_without_a_ca;
 use crate::ads::{Resource, XdsSnapshot, XdsType};
 
@@ -441,7 +441,7 @@ impl Auditor {
                 kind: "snapshot",
             })
             .collect();
-        report(&findings);
+        snapshot.report(&findings);
         out
     }
 }

@@ -57,6 +57,7 @@ use super::jwt_authn::{self, ResolvedJwtRule};
 use super::l4::{cidr, cidr_key, l4_chains, tcp_proxy_filter};
 use super::names;
 use super::plan::{ClusterPlan, OutboundPlan, OutboundPort, outbound_ports};
+use super::rbac::InboundRbac;
 use super::route::{CORS_FILTER, FAULT_FILTER, ROUTER_FILTER, http_filter};
 use super::scope::InboundPort;
 use super::util::{ads_config_source, any, bool_value, u32_value, zero_duration};
@@ -424,12 +425,15 @@ fn sidecar_hcm(
 /// mode (`mtls`, from PeerAuthentication; [`inbound_mtls`]), the ports of the workload
 /// policy's `portLevelMtls` that no Service names get a passthrough of their own, and the
 /// TLS inspector runs where a chain matches on TLS. There is no default chain: under
-/// STRICT a plaintext connection matches nothing and is closed.
+/// STRICT a plaintext connection matches nothing and is closed. The workload's
+/// AuthorizationPolicies (`rbac`) put RBAC filters in every chain but the blackhole: HTTP
+/// ones before the router, network ones before `tcp_proxy`.
 pub fn sidecar_inbound_listener(
     inbound: &[InboundPort],
     mtls: &EffectiveMtls,
     jwt_rules: &[ResolvedJwtRule],
     trust_domain: &str,
+    rbac: &InboundRbac,
 ) -> Listener {
     let mut chains = vec![FilterChain {
         name: "virtualInbound-blackhole".to_string(),
@@ -467,7 +471,7 @@ pub fn sidecar_inbound_listener(
             mode,
             ChainProtocol::Tcp,
             trust_domain,
-            || vec![passthrough()],
+            || with_rbac(&rbac.network, passthrough()),
         ));
     }
     for p in inbound
@@ -496,10 +500,11 @@ pub fn sidecar_inbound_listener(
                         validate_clusters: bool_value(false),
                         ..Default::default()
                     }),
-                    // RequestAuthentication first, as in Istio: before authorization,
-                    // gRPC-Web and the router.
+                    // Istio's order: RequestAuthentication (jwt_authn), then authorization
+                    // (RBAC), then gRPC-Web and the router.
                     jwt_authn::jwt_authn_filter(jwt_rules)
                         .into_iter()
+                        .chain(rbac.http.iter().cloned())
                         .chain((p.protocol == Protocol::GrpcWeb).then(grpc_web_filter))
                         .chain([http_filter(ROUTER_FILTER, any(&Router::default()))])
                         .collect(),
@@ -530,7 +535,10 @@ pub fn sidecar_inbound_listener(
             mtls.for_port(p.port),
             protocol,
             trust_domain,
-            || vec![filter()],
+            || match protocol {
+                ChainProtocol::Http => vec![filter()],
+                ChainProtocol::Tcp => with_rbac(&rbac.network, filter()),
+            },
         ));
     }
     let mut listener_filters = vec![ListenerFilter {
@@ -553,6 +561,11 @@ pub fn sidecar_inbound_listener(
         filter_chains: chains,
         ..Default::default()
     }
+}
+
+/// `terminal` behind the RBAC network filters.
+fn with_rbac(rbac: &[Filter], terminal: Filter) -> Vec<Filter> {
+    rbac.iter().cloned().chain([terminal]).collect()
 }
 
 /// The filter chains of one port (`None`: the passthrough, any port) in `mode`, named

@@ -37,6 +37,7 @@ pub mod metrics;
 pub mod names;
 pub mod plan;
 pub mod policy;
+pub mod rbac;
 pub mod rds;
 pub mod route;
 pub mod sanitize;

@@ -32,8 +32,9 @@ use pilotfish_mesh::model::{
     Locality, Protocol, Proxy, ProxyGenerator, Service, TargetPort, labels_match,
 };
 use pilotfish_mesh::push_context::{
-    EffectiveMtls, JwksOutcome, JwksSource, PeerAuthenticationConfig, PushContext,
-    RequestAuthenticationConfig, SidecarConfig, peer_authn, request_authn, sidecar::select_sidecar,
+    AuthorizationPolicyConfig, EffectiveMtls, JwksOutcome, JwksSource, PeerAuthenticationConfig,
+    PushContext, RequestAuthenticationConfig, SidecarConfig, WorkloadAuthorization, authz,
+    peer_authn, request_authn, sidecar::select_sidecar,
 };
 
 use super::jwt_authn::{self, ResolvedJwtRule};
@@ -108,6 +109,10 @@ pub struct Scope {
     /// The JWT rules (RequestAuthentication) a sidecar's workload verifies, with their
     /// key sets; empty for proxyless clients.
     pub inbound_jwt: Arc<[ResolvedJwtRule]>,
+    /// The AuthorizationPolicies that apply to the workload (indexes into the snapshot's,
+    /// in Istio's order: root namespace first, each namespace oldest first), for sidecars
+    /// and proxyless servers alike.
+    pub authz: Vec<usize>,
 }
 
 /// The cached parts of a proxy's output.
@@ -140,6 +145,7 @@ impl Scope {
                 s.inbound = self.inbound.clone();
                 s.inbound_mtls = self.inbound_mtls.clone();
                 s.inbound_jwt = self.inbound_jwt.clone();
+                s.authz = self.authz.clone();
             }
             Part::OutboundClusters => {
                 s.namespace = self.namespace.clone();
@@ -204,6 +210,10 @@ pub struct ScopeIndex {
     /// The snapshot's RequestAuthentications and the key sets their rules use.
     request_authentications: Vec<Arc<RequestAuthenticationConfig>>,
     jwks: BTreeMap<JwksSource, JwksOutcome>,
+    /// The snapshot's AuthorizationPolicies (scopes hold indexes into them), and per
+    /// namespace their indexes, oldest first.
+    authorization_policies: Vec<Arc<AuthorizationPolicyConfig>>,
+    authz_by_namespace: HashMap<String, Vec<usize>>,
 }
 
 impl ScopeIndex {
@@ -214,8 +224,23 @@ impl ScopeIndex {
             sidecars: push.sidecars().to_vec(),
             request_authentications: push.request_authentications().to_vec(),
             jwks: push.jwks().clone(),
+            authorization_policies: push.authorization_policies().to_vec(),
             ..ScopeIndex::default()
         };
+        for (i, ap) in index.authorization_policies.iter().enumerate() {
+            index
+                .authz_by_namespace
+                .entry(ap.meta.namespace.clone())
+                .or_default()
+                .push(i);
+        }
+        let policies = &index.authorization_policies;
+        for list in index.authz_by_namespace.values_mut() {
+            list.sort_by(|&a, &b| {
+                (policies[a].meta.creation_ms, &policies[a].meta.name)
+                    .cmp(&(policies[b].meta.creation_ms, &policies[b].meta.name))
+            });
+        }
         for dr in push.destination_rules() {
             if let Some(sel) = &dr.spec.workload_selector {
                 index
@@ -459,7 +484,31 @@ impl ScopeIndex {
             inbound,
             inbound_mtls,
             inbound_jwt,
+            authz: self.authz(proxy),
         }
+    }
+
+    /// The AuthorizationPolicies that apply to the proxy's workload (Istio's
+    /// `ListAuthorizationPolicies`: the root namespace's, then its own namespace's).
+    fn authz(&self, proxy: &Proxy) -> Vec<usize> {
+        let mut lookup = vec![self.root_namespace.as_str()];
+        if proxy.namespace != self.root_namespace {
+            lookup.push(proxy.namespace.as_str());
+        }
+        lookup
+            .into_iter()
+            .filter_map(|ns| self.authz_by_namespace.get(ns))
+            .flatten()
+            .copied()
+            .filter(|&i| {
+                authz::selects_workload(&self.authorization_policies[i].spec.policy, &proxy.labels)
+            })
+            .collect()
+    }
+
+    /// The policies a scope's `authz` indexes name, grouped by action.
+    pub fn workload_authorization(&self, indexes: &[usize]) -> WorkloadAuthorization {
+        authz::group(indexes.iter().map(|&i| &self.authorization_policies[i]))
     }
 
     /// The workload's mode from the PeerAuthentications of its namespace and the root's.

@@ -47,13 +47,14 @@ use crate::ads::{ChangeKind, Resource, XdsSnapshot, XdsType, shared_part};
 
 use super::auto_mtls::all_run_sidecars;
 use super::canonical::canonicalize;
-use super::findings::{Finding, RouteKind};
+use super::findings::{Finding, LogWindow, RouteKind};
 use super::identities::endpoint_identities;
 use super::metrics::{
     GENERATIONS, INCONSISTENT_REFERENCES, PROXYLESS_DOWNGRADES, UNRESOLVED_DESTINATIONS,
     UNSUPPORTED_PROXIES,
 };
 use super::plan::{OutboundPlan, outbound_plan, outbound_ports};
+use super::rbac;
 use super::sanitize::{sanitize_listeners, sanitize_routes};
 use super::scope::{Flavor, Part, Scope, ScopeIndex};
 use super::util::resource_any;
@@ -256,6 +257,9 @@ pub struct GeneratedSnapshot {
     generated_resources: [AtomicU64; PARTS],
     reused_parts: AtomicU64,
     reused_resources: AtomicU64,
+    /// Which findings were logged lately; shared along a chain of snapshots (`following`),
+    /// so a finding every snapshot meets again is logged once per window, not per edit.
+    log_window: Arc<Mutex<LogWindow>>,
 }
 
 const PARTS: usize = 6;
@@ -301,6 +305,7 @@ impl GeneratedSnapshot {
             generated_resources: Default::default(),
             reused_parts: AtomicU64::new(0),
             reused_resources: AtomicU64::new(0),
+            log_window: Arc::default(),
         }
     }
 
@@ -319,7 +324,13 @@ impl GeneratedSnapshot {
             previous: Arc::downgrade(previous),
             summary,
         });
+        snapshot.log_window = previous.log_window.clone();
         snapshot
+    }
+
+    /// Logs and counts what generating a part of this snapshot noticed.
+    pub(crate) fn report(&self, findings: &[Finding]) {
+        report(findings, &self.log_window);
     }
 
     /// Resources of `part` generated (not taken from the previous snapshot) so far.
@@ -525,7 +536,7 @@ impl GeneratedSnapshot {
             Flavor::of(proxy),
             &mut findings,
         ));
-        report(&findings);
+        self.report(&findings);
         let mut plans = lock();
         // Forget plans no part generation holds any more, so the map stays as small as
         // the scopes being generated at once.
@@ -563,7 +574,7 @@ impl GeneratedSnapshot {
             GENERATIONS.with_label_values(&[part_label(part)]).inc();
             let mut findings = Vec::new();
             let resources = self.generate(proxy, scope, part, &mut findings);
-            report(&findings);
+            self.report(&findings);
             shared_part(resources)
         })
     }
@@ -643,11 +654,17 @@ impl GeneratedSnapshot {
             }
             Part::InboundListener => {
                 let mtls = scope.inbound_mtls.clone().unwrap_or_default();
+                let trust_domain = &push.mesh().trust_domain;
+                let rbac = rbac::InboundRbac::new(
+                    &self.index.workload_authorization(&scope.authz),
+                    trust_domain,
+                );
                 let listener = lds::sidecar_inbound_listener(
                     &scope.inbound,
                     &mtls,
                     &scope.inbound_jwt,
-                    &push.mesh().trust_domain,
+                    trust_domain,
+                    &rbac,
                 );
                 encode(vec![listener], |l| &l.name)
             }
@@ -687,8 +704,17 @@ pub fn note_unsupported_proxy(proxy: &Proxy) {
 
 /// Logs and counts what generating one part (or plan, or the audit) noticed; the
 /// generators only return it.
-pub(crate) fn report(findings: &[Finding]) {
+fn report(findings: &[Finding], window: &Mutex<LogWindow>) {
+    let now = std::time::Instant::now();
     for finding in findings {
+        count(finding);
+        if !window
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .admit(finding, now)
+        {
+            continue;
+        }
         match finding {
             Finding::Downgrade(d) => {
                 tracing::warn!(
@@ -697,7 +723,6 @@ pub(crate) fn report(findings: &[Finding]) {
                     "proxyless gRPC clients do not support {}; left out for them",
                     d.what
                 );
-                PROXYLESS_DOWNGRADES.with_label_values(&[d.feature]).inc();
             }
             Finding::UnresolvedDestination {
                 kind: RouteKind::Http,
@@ -709,9 +734,6 @@ pub(crate) fn report(findings: &[Finding]) {
                     namespace = %namespace,
                     "route destination has no cluster for this proxy (unknown or invisible host or port); it answers 503"
                 );
-                UNRESOLVED_DESTINATIONS
-                    .with_label_values(&[RouteKind::Http.label()])
-                    .inc();
             }
             Finding::UnresolvedDestination {
                 kind: RouteKind::Tcp,
@@ -719,9 +741,6 @@ pub(crate) fn report(findings: &[Finding]) {
                 ..
             } => {
                 tracing::warn!(cluster = %cluster, "TCP route destination has no cluster for this proxy; connections are refused");
-                UNRESOLVED_DESTINATIONS
-                    .with_label_values(&[RouteKind::Tcp.label()])
-                    .inc();
             }
             Finding::PseudoHeader { header } => {
                 tracing::warn!(
@@ -736,17 +755,30 @@ pub(crate) fn report(findings: &[Finding]) {
                     "endpoint address is not an IP; left out of EDS"
                 );
             }
-            Finding::InconsistentReference { reference, kind } => {
+            Finding::InconsistentReference { reference, .. } => {
                 tracing::error!(
                     reference = reference.as_str(),
                     "inconsistent generated reference (a Pilotfish bug); replaced before sending"
                 );
-                INCONSISTENT_REFERENCES.with_label_values(&[kind]).inc();
             }
             Finding::VirtualHostSkipped { vhost, reason } => {
                 tracing::debug!(vhost = %vhost, "{reason}");
             }
         }
+    }
+}
+
+/// Counts one finding (every occurrence; the log line is rate-limited, the metric not).
+fn count(finding: &Finding) {
+    match finding {
+        Finding::Downgrade(d) => PROXYLESS_DOWNGRADES.with_label_values(&[d.feature]).inc(),
+        Finding::UnresolvedDestination { kind, .. } => UNRESOLVED_DESTINATIONS
+            .with_label_values(&[kind.label()])
+            .inc(),
+        Finding::InconsistentReference { kind, .. } => {
+            INCONSISTENT_REFERENCES.with_label_values(&[kind]).inc()
+        }
+        _ => {}
     }
 }
 

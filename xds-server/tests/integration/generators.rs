@@ -297,6 +297,42 @@ fn findings_are_reported_once_per_generated_part() {
         unresolved[0].contains("cluster=outbound|80||nowhere.example.com"),
         "{logs}"
     );
+
+    // The next snapshots regenerate the part (a new push), meet the same finding and
+    // count it, but do not log it again within the window; an unrelated snapshot does.
+    let snapshot = Arc::new(snapshot);
+    // A Service added elsewhere each time: every part is generated again (none reused).
+    let grown = |name: &str, ip: &str| {
+        format!(
+            "{SHOP}---\napiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: other}}\nspec:\n  clusterIP: {ip}\n  ports: [{{name: http, port: 80}}]\n"
+        )
+    };
+    let next = Arc::new(GeneratedSnapshot::following(
+        &snapshot,
+        Arc::new(push(&grown("extra", "10.96.0.9"))),
+        2,
+    ));
+    let unrelated = GeneratedSnapshot::new(Arc::new(push(SHOP)), 1, ChangeKind::Full);
+    let client = Proxy {
+        generator: ProxyGenerator::Grpc,
+        ..sidecar("shop", &[])
+    };
+    let logs = logs_of(|| {
+        assert!(!names(&next, &client, ROUTE_TYPE, None).is_empty());
+        let third =
+            GeneratedSnapshot::following(&next, Arc::new(push(&grown("more", "10.96.0.10"))), 3);
+        assert!(!names(&third, &client, ROUTE_TYPE, None).is_empty());
+        assert!(next.generations() > 0 && third.generations() > 0);
+    });
+    assert!(
+        !logs.contains("route destination has no cluster for this proxy"),
+        "{logs}"
+    );
+    let logs = logs_of(|| assert!(!names(&unrelated, &client, ROUTE_TYPE, None).is_empty()));
+    assert!(
+        logs.contains("route destination has no cluster for this proxy"),
+        "{logs}"
+    );
 }
 
 #[test]
@@ -677,4 +713,108 @@ spec:
     assert_eq!(outbound(&plain), outbound(&strict));
     let grpc = proxyless("shop");
     assert_eq!(listeners(&plain, &grpc), listeners(&strict, &grpc));
+}
+
+/// An AuthorizationPolicy changes only the selected workload's `virtualInbound`: every
+/// chain of it (but the blackhole) gets an RBAC filter — HTTP before the router, network
+/// before `tcp_proxy` — its neighbour's listener, every outbound listener and the
+/// proxyless client's listeners are byte-identical to those without the policy.
+#[test]
+fn authorization_policy_shapes_only_the_selected_workloads_inbound_listener() {
+    use envoy_types::pb::envoy::config::listener::v3::{Listener, filter};
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+    const DENY_CART: &str = "
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: cart-deny, namespace: shop}
+spec:
+  selector: {matchLabels: {app: cart}}
+  action: DENY
+  rules: [{to: [{operation: {methods: [DELETE]}}]}]
+";
+    let plain = GeneratedSnapshot::new(Arc::new(push(SHOP)), 1, ChangeKind::Full);
+    let denied = GeneratedSnapshot::new(
+        Arc::new(push(&format!("{SHOP}{DENY_CART}"))),
+        2,
+        ChangeKind::Full,
+    );
+    let listeners = |s: &GeneratedSnapshot, p: &Proxy| -> Vec<Listener> {
+        s.resources(p, LISTENER_TYPE, None)
+            .iter()
+            .map(|r| Listener::decode(r.body.value.as_slice()).expect("a listener"))
+            .collect()
+    };
+    let inbound = |s: &GeneratedSnapshot, p: &Proxy| -> Listener {
+        listeners(s, p)
+            .into_iter()
+            .find(|l| l.name == "virtualInbound")
+            .expect("virtualInbound")
+    };
+    // Per chain but the blackhole: its network filters and, for HTTP, its HTTP filters.
+    let filters = |l: &Listener| -> Vec<(Vec<String>, Vec<String>)> {
+        l.filter_chains
+            .iter()
+            .filter(|c| c.name != "virtualInbound-blackhole")
+            .map(|c| {
+                let network: Vec<String> = c.filters.iter().map(|f| f.name.clone()).collect();
+                let http = c
+                    .filters
+                    .iter()
+                    .filter_map(|f| match &f.config_type {
+                        Some(filter::ConfigType::TypedConfig(a))
+                            if a.type_url.ends_with("HttpConnectionManager") =>
+                        {
+                            HttpConnectionManager::decode(a.value.as_slice()).ok()
+                        }
+                        _ => None,
+                    })
+                    .flat_map(|h| h.http_filters.into_iter().map(|f| f.name))
+                    .collect();
+                (network, http)
+            })
+            .collect()
+    };
+    let cart = sidecar("shop", &[("app", "cart")]);
+    let pay = sidecar("shop", &[("app", "pay")]);
+    let chains = filters(&inbound(&denied, &cart));
+    assert!(!chains.is_empty());
+    for (network, http) in &chains {
+        if http.is_empty() {
+            assert_eq!(
+                network,
+                &[
+                    "envoy.filters.network.rbac",
+                    "envoy.filters.network.tcp_proxy"
+                ],
+                "{chains:?}"
+            );
+        } else {
+            assert_eq!(
+                http,
+                &["envoy.filters.http.rbac", "envoy.filters.http.router"],
+                "{chains:?}"
+            );
+        }
+    }
+    assert!(
+        chains.iter().any(|(_, http)| !http.is_empty()),
+        "cart's HTTP port is there: {chains:?}"
+    );
+    assert!(
+        filters(&inbound(&plain, &cart))
+            .iter()
+            .flat_map(|(n, h)| n.iter().chain(h))
+            .all(|f| !f.contains("rbac"))
+    );
+    assert_eq!(inbound(&plain, &pay), inbound(&denied, &pay));
+    let outbound = |s: &GeneratedSnapshot| -> Vec<Listener> {
+        listeners(s, &cart)
+            .into_iter()
+            .filter(|l| l.name != "virtualInbound")
+            .collect()
+    };
+    assert_eq!(outbound(&plain), outbound(&denied));
+    let grpc = proxyless("shop");
+    assert_eq!(listeners(&plain, &grpc), listeners(&denied, &grpc));
 }

@@ -84,6 +84,11 @@ const CASES: &[(&str, Option<&str>, &str)] = &[
     ("jwt-inline", None, "client"),
     ("jwt-jwks-uri", None, "client"),
     ("jwt-selection", None, "client"),
+    ("authz-allow", None, "client"),
+    ("authz-deny", None, "client"),
+    ("authz-audit-dry-run", None, "client"),
+    ("authz-scopes", None, "client"),
+    ("authz-custom", None, "client"),
 ];
 
 const TYPES: [(XdsType, &str); 4] = [
@@ -193,7 +198,12 @@ pub fn case_snapshot(
         },
     );
     let built = build(&inputs, None);
-    let errors: Vec<_> = built.errors().collect();
+    // Pilotfish's refusal of CUSTOM AuthorizationPolicies is the one error a case may show
+    // (the authz-custom case: the policy stays, rendered as DENY rules).
+    let errors: Vec<_> = built
+        .errors()
+        .filter(|e| !e.message.starts_with("CUSTOM (ext_authz) is not supported"))
+        .collect();
     assert!(
         errors.is_empty(),
         "{case}: the input must be valid: {errors:?}"

@@ -45,6 +45,9 @@ struct Mesh {
     /// A RequestAuthentication for svc0's workload whose jwksUri's key set is at this
     /// revision (the controller's resolver fetched it; 0: the fetch failed).
     jwt: Option<u8>,
+    /// An AuthorizationPolicy in ns0 denying svc0's workload one port (its content changes
+    /// while its place in the snapshot does not).
+    authz: Option<u8>,
 }
 
 impl Mesh {
@@ -57,6 +60,7 @@ impl Mesh {
             wildcard: None,
             strict: false,
             jwt: None,
+            authz: None,
         }
     }
 
@@ -182,6 +186,20 @@ spec:
   selector: {matchLabels: {app: svc0}}
   jwtRules: [{issuer: 'https://issuer.example.com', jwksUri: 'https://keys.example.com/jwks.json'}]
 ";
+        }
+        if let Some(port) = self.authz {
+            out += &format!(
+                "---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {{name: deny-port, namespace: ns0}}
+spec:
+  selector: {{matchLabels: {{app: svc0}}}}
+  action: DENY
+  rules: [{{to: [{{operation: {{ports: ['{}']}}}}]}}]
+",
+                8000 + u32::from(port)
+            );
         }
         out
     }
@@ -353,6 +371,7 @@ enum Edit {
     Wildcard(Option<u32>),
     Strict,
     Jwt(Option<u8>),
+    Authz(Option<u8>),
 }
 
 const SERVICES: usize = 8;
@@ -370,6 +389,7 @@ fn edit() -> impl Strategy<Value = Edit> {
         1 => proptest::option::of(1u32..100).prop_map(Edit::Wildcard),
         1 => Just(Edit::Strict),
         1 => proptest::option::of(0u8..3).prop_map(Edit::Jwt),
+        1 => proptest::option::of(0u8..3).prop_map(Edit::Authz),
     ]
 }
 
@@ -393,6 +413,7 @@ impl Mesh {
             Edit::Wildcard(w) => self.wildcard = w,
             Edit::Strict => self.strict = !self.strict,
             Edit::Jwt(revision) => self.jwt = revision,
+            Edit::Authz(port) => self.authz = port,
         }
     }
 }

@@ -1,6 +1,6 @@
 //! What the status writer writes, decided without I/O: the `Reconciled` condition of
-//! VirtualServices, DestinationRules, ServiceEntries, PeerAuthentications and Sidecars, and the
-//! Events that go with it.
+//! VirtualServices, DestinationRules, ServiceEntries, PeerAuthentications, Sidecars and AuthorizationPolicies,
+//! and the Events that go with it.
 //!
 //! - [`desired`] turns the builder's findings about one object into the condition it
 //!   should carry;
@@ -221,6 +221,9 @@ impl BuildReport {
         for sc in &inputs.sidecars {
             add(ConfigKind::Sidecar, &sc.metadata);
         }
+        for ap in &inputs.authorization_policies {
+            add(ConfigKind::AuthorizationPolicy, &ap.metadata);
+        }
         out
     }
 
@@ -292,9 +295,9 @@ pub fn newly_invalid(current: Option<&IstioStatus>, desired: &Desired, generatio
 /// The API group of an Istio kind.
 fn api_group(kind: ConfigKind) -> &'static str {
     match kind {
-        ConfigKind::PeerAuthentication | ConfigKind::RequestAuthentication => {
-            pilotfish_mesh::api::SECURITY_GROUP
-        }
+        ConfigKind::PeerAuthentication
+        | ConfigKind::RequestAuthentication
+        | ConfigKind::AuthorizationPolicy => pilotfish_mesh::api::SECURITY_GROUP,
         _ => pilotfish_mesh::api::GROUP,
     }
 }

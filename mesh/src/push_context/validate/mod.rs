@@ -7,6 +7,7 @@
 //! spec (hosts as FQDNs) when the object has no errors, plus every finding with its field
 //! path. Errors and warnings are Istio's; the messages are ours.
 
+pub(crate) mod authorization_policy;
 mod common;
 mod destination_rule;
 mod names;
@@ -16,6 +17,7 @@ mod service_entry;
 pub(crate) mod sidecar;
 mod virtual_service;
 
+pub use authorization_policy::validate_authorization_policy;
 pub use destination_rule::validate_destination_rule;
 pub use peer_authentication::validate_peer_authentication;
 pub use request_authentication::validate_request_authentication;
