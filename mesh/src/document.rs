@@ -501,11 +501,24 @@ apiVersion: security.istio.io/v1
 kind: RequestAuthentication
 metadata: {name: jwt}
 spec: {}
+---
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: mesh-default}
+spec: {}
 ";
         let parsed = parse_text(Path::new("bookinfo-gateway.yaml"), text);
         assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
         let kinds: Vec<&str> = parsed.objects.iter().map(|o| o.key().0).collect();
-        assert_eq!(kinds, ["VirtualService", "Sidecar", "AuthorizationPolicy"]);
+        assert_eq!(
+            kinds,
+            [
+                "VirtualService",
+                "Sidecar",
+                "AuthorizationPolicy",
+                "RequestAuthentication"
+            ]
+        );
         let ignored: Vec<(&str, &str, bool)> = parsed
             .ignored
             .iter()
@@ -515,7 +528,7 @@ spec: {}
             ignored,
             [
                 ("networking.istio.io/v1/Gateway", "bookinfo-gateway", true),
-                ("security.istio.io/v1/RequestAuthentication", "jwt", true),
+                ("telemetry.istio.io/v1/Telemetry", "mesh-default", true),
             ]
         );
     }
