@@ -84,6 +84,7 @@ const CASES: &[(&str, Option<&str>, &str)] = &[
     ("jwt-inline", None, "client"),
     ("jwt-jwks-uri", None, "client"),
     ("jwt-selection", None, "client"),
+    ("jwt-authz", None, "client"),
     ("authz-allow", None, "client"),
     ("authz-deny", None, "client"),
     ("authz-audit-dry-run", None, "client"),
