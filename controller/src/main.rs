@@ -108,6 +108,10 @@ struct RunArgs {
     /// Services with a traffic distribution get them.
     #[arg(long, env = "PILOTFISH_SEND_UNHEALTHY_ENDPOINTS")]
     send_unhealthy_endpoints: bool,
+    /// Terminate TLS on Sidecar ingress listeners that set `tls` (Istio's
+    /// ENABLE_TLS_ON_SIDECAR_INGRESS, off by default: their `tls` is ignored with a warning).
+    #[arg(long, env = "PILOTFISH_ENABLE_TLS_ON_SIDECAR_INGRESS")]
+    enable_tls_on_sidecar_ingress: bool,
     /// Name of this replica in logs and the Lease (default: the host name).
     #[arg(long, env = "PILOTFISH_REPLICA_NAME")]
     replica_name: Option<String>,
@@ -221,6 +225,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         mesh,
         cluster_domain: cli.cluster_domain.clone(),
         send_unhealthy_endpoints: args.send_unhealthy_endpoints,
+        enable_tls_on_sidecar_ingress: args.enable_tls_on_sidecar_ingress,
         ..Default::default()
     };
     let pipeline = Pipeline::new(Arc::new(publisher.clone()), signer);

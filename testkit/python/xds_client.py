@@ -10,6 +10,12 @@ Commands:
   {"cmd": "until", "target": ..., "expect": "name", "metadata": {...}, "max_s": 30}
       -> {"ok": true|false, "elapsed_ms": ms, "rpcs": n, "last": name-or-status}
   {"cmd": "quit"}
+
+Optional in `rpcs` and `until`: "method" (default "/pilotfish.test.Echo/Who"; the answer
+is counted by its text) and "creds": "insecure" (default: plaintext whatever the control
+plane says) or "xds" (`grpc.xds_channel_credentials`: the TLS the cluster's
+`transport_socket` configures, from the bootstrap's certificate providers; plaintext
+where it configures none).
 """
 
 import json
@@ -17,16 +23,23 @@ import sys
 import time
 
 import grpc
+import grpc.experimental
 
 METHOD = "/pilotfish.test.Echo/Who"
 channels: dict = {}
 
 
-def stub(target: str):
-    if target not in channels:
-        channels[target] = grpc.insecure_channel(target)
-    return channels[target].unary_unary(
-        METHOD, request_serializer=None, response_deserializer=None
+def stub(c):
+    target, creds = c["target"], c.get("creds", "insecure")
+    key = (target, creds)
+    if key not in channels:
+        if creds == "xds":
+            credentials = grpc.xds_channel_credentials(grpc.experimental.insecure_channel_credentials())
+            channels[key] = grpc.secure_channel(target, credentials)
+        else:
+            channels[key] = grpc.insecure_channel(target)
+    return channels[key].unary_unary(
+        c.get("method", METHOD), request_serializer=None, response_deserializer=None
     )
 
 
@@ -40,7 +53,7 @@ def one_rpc(call, metadata, timeout_s):
 
 
 def cmd_rpcs(c):
-    call = stub(c["target"])
+    call = stub(c)
     metadata = tuple((k, v) for k, v in c.get("metadata", {}).items())
     counts, errors, details = {}, {}, []
     for _ in range(int(c["count"])):
@@ -55,7 +68,7 @@ def cmd_rpcs(c):
 
 
 def cmd_until(c):
-    call = stub(c["target"])
+    call = stub(c)
     metadata = tuple((k, v) for k, v in c.get("metadata", {}).items())
     start = time.monotonic()
     deadline = start + float(c.get("max_s", 30))

@@ -4,9 +4,10 @@
 //! `testkit/node/node_modules/` by `scripts/deps/node-grpc-xds.sh`).
 //!
 //! [`GrpcBackends`] runs named backend servers on 127.0.0.1 that answer with their name;
-//! [`XdsClient`] is one long-lived client process (so it stays connected to the control
-//! plane across configuration changes) driven by the same JSON commands in either
-//! language.
+//! [`GrpcXdsServer`] is an xDS-enabled (proxyless) server, its listener, TLS and RBAC from
+//! the control plane; [`XdsClient`] is one long-lived client process (so it stays
+//! connected to the control plane across configuration changes) driven by the same JSON
+//! commands in either language.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -196,6 +197,84 @@ impl Drop for GrpcBackends {
     }
 }
 
+/// An xDS-enabled gRPC server (`testkit/python/grpc_xds_server.py`: `grpc.server(...,
+/// xds=True)` with `grpc.xds_server_credentials`) answering `/pilotfish.test.Echo/Who` with
+/// its name and `/pilotfish.test.Echo/Peer` with the caller's SPIFFE identity.
+pub struct GrpcXdsServer {
+    child: Child,
+    _stdin: ChildStdin,
+    _bootstrap_dir: tempfile::TempDir,
+}
+
+impl GrpcXdsServer {
+    /// Starts the server `name` on `address` (`<ip>:<port>`) with `bootstrap`; returns once
+    /// it is started — it serves only when the control plane has sent its listener.
+    pub fn start(bootstrap: &Value, name: &str, address: &str) -> Result<Self, GrpcHarnessError> {
+        let spawn = |source| GrpcHarnessError::Spawn {
+            what: "xDS gRPC server",
+            source,
+        };
+        let dir = tempfile::tempdir().map_err(spawn)?;
+        let path = dir.path().join("bootstrap.json");
+        std::fs::write(&path, bootstrap.to_string()).map_err(spawn)?;
+        let mut child = Command::new(python()?)
+            .arg(script("grpc_xds_server.py"))
+            .args([name, address])
+            .env("GRPC_XDS_BOOTSTRAP", &path)
+            .env(
+                "GRPC_VERBOSITY",
+                std::env::var("GRPC_VERBOSITY").unwrap_or_else(|_| "ERROR".into()),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(spawn)?;
+        let stdin = child.stdin.take().expect("piped stdin");
+        let mut out = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut me = GrpcXdsServer {
+            child,
+            _stdin: stdin,
+            _bootstrap_dir: dir,
+        };
+        let line = read_line(&mut out, "xDS gRPC server")?;
+        if line.trim() != "ready" {
+            let _ = me.child.kill();
+            return Err(GrpcHarnessError::Protocol {
+                what: "xDS gRPC server",
+                detail: format!("unexpected first line {line:?}"),
+            });
+        }
+        Ok(me)
+    }
+}
+
+impl Drop for GrpcXdsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The channel credentials of a client's RPCs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChannelCreds {
+    /// Plaintext, whatever the control plane configures.
+    Insecure,
+    /// `grpc.xds_channel_credentials`: the TLS the cluster's `transport_socket` configures
+    /// (certificates from the bootstrap's certificate providers), plaintext without one.
+    Xds,
+}
+
+impl ChannelCreds {
+    fn as_str(self) -> &'static str {
+        match self {
+            ChannelCreds::Insecure => "insecure",
+            ChannelCreds::Xds => "xds",
+        }
+    }
+}
+
 /// What a batch of RPCs returned.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 pub struct RpcTally {
@@ -347,6 +426,45 @@ impl XdsClient {
     ) -> Result<RpcTally, GrpcHarnessError> {
         let md: BTreeMap<&str, &str> = metadata.iter().copied().collect();
         let v = self.call(json!({"cmd": "rpcs", "target": target, "count": count, "metadata": md, "timeout_s": 5}))?;
+        serde_json::from_value(v).map_err(|e| GrpcHarnessError::Protocol {
+            what: "xDS client",
+            detail: e.to_string(),
+        })
+    }
+
+    /// Makes `count` RPCs of `method` to `target` with `creds`; answers are counted by
+    /// their text.
+    pub fn rpcs_of(
+        &mut self,
+        target: &str,
+        method: &str,
+        creds: ChannelCreds,
+        count: u32,
+    ) -> Result<RpcTally, GrpcHarnessError> {
+        let v = self.call(json!({
+            "cmd": "rpcs", "target": target, "count": count, "method": method,
+            "creds": creds.as_str(), "timeout_s": 5
+        }))?;
+        serde_json::from_value(v).map_err(|e| GrpcHarnessError::Protocol {
+            what: "xDS client",
+            detail: e.to_string(),
+        })
+    }
+
+    /// Makes RPCs of `method` with `creds` until one is answered by `expect` (an answer's
+    /// text or a status code name), for at most `max`.
+    pub fn until_of(
+        &mut self,
+        target: &str,
+        method: &str,
+        creds: ChannelCreds,
+        expect: &str,
+        max: Duration,
+    ) -> Result<Until, GrpcHarnessError> {
+        let v = self.call(json!({
+            "cmd": "until", "target": target, "expect": expect, "method": method,
+            "creds": creds.as_str(), "max_s": max.as_secs_f64()
+        }))?;
         serde_json::from_value(v).map_err(|e| GrpcHarnessError::Protocol {
             what: "xDS client",
             detail: e.to_string(),

@@ -141,6 +141,10 @@ struct Cli {
     /// Services with a traffic distribution get them.
     #[arg(long, env = "PILOTFISH_SEND_UNHEALTHY_ENDPOINTS")]
     send_unhealthy_endpoints: bool,
+    /// Standalone: terminate TLS on Sidecar ingress listeners that set `tls` (Istio's
+    /// ENABLE_TLS_ON_SIDECAR_INGRESS, off by default: their `tls` is ignored with a warning).
+    #[arg(long, env = "PILOTFISH_ENABLE_TLS_ON_SIDECAR_INGRESS")]
+    enable_tls_on_sidecar_ingress: bool,
     /// `control_plane.identifier` of every response and the name in logs (default: host name).
     #[arg(long, env = "PILOTFISH_REPLICA_NAME")]
     replica_name: Option<String>,
@@ -226,6 +230,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     mesh,
                     cluster_domain: cli.cluster_domain.clone(),
                     send_unhealthy_endpoints: cli.send_unhealthy_endpoints,
+                    enable_tls_on_sidecar_ingress: cli.enable_tls_on_sidecar_ingress,
                     ..Default::default()
                 },
                 debounce_after: cli.debounce_after.as_std(),

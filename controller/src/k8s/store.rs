@@ -656,6 +656,7 @@ impl Stores {
             authorization_policies: live(&self.authorization_policies, &terminating).collect(),
             input_warnings: self.unknown_field_warnings(&terminating),
             send_unhealthy_endpoints: base.send_unhealthy_endpoints,
+            enable_tls_on_sidecar_ingress: base.enable_tls_on_sidecar_ingress,
         }
     }
 

@@ -83,8 +83,10 @@ async fn leader_creates_the_ca_and_publishes_the_root_everywhere() {
     assert_eq!(root_in(&client, "bookinfo").await, None);
 
     tx.send_replace(leadership(true));
-    eventually("the root in bookinfo", async || {
+    // The leader writes the namespaces one after another: wait for both that are read.
+    eventually("the root in bookinfo and istio-system", async || {
         root_in(&client, "bookinfo").await.is_some()
+            && root_in(&client, "istio-system").await.is_some()
     })
     .await;
     let secret = secrets.get("istio-ca-secret").await.unwrap();

@@ -679,8 +679,8 @@ async fn authorization_policies_are_served_and_custom_ones_refused() {
 }
 
 /// Sidecar is watched like the other Istio kinds: a valid one reaches the snapshot (the
-/// replica selects it for the namespace), one with a field Pilotfish does not translate (an
-/// ingress listener's capture mode) is
+/// replica selects it for the namespace), one with a field Pilotfish ignores as Istio does by
+/// default (an ingress listener's `tls`) is
 /// served with `Reconciled=True` and a warning naming it, an invalid one (no egress,
 /// ingress, policy nor pool: Istio's "empty configuration") gets `Reconciled=False` and
 /// one `InvalidConfig` Event, and is left out.
@@ -701,7 +701,8 @@ async fn sidecars_are_served_and_invalid_ones_reported() {
         "metadata": {"name": "reviews", "namespace": "default"},
         "spec": {
             "workloadSelector": {"labels": {"app": "reviews"}},
-            "ingress": [{"port": {"number": 9080, "protocol": "GRPC", "name": "grpc"}, "defaultEndpoint": "127.0.0.1:9080", "captureMode": "NONE"}],
+            "ingress": [{"port": {"number": 9443, "protocol": "HTTPS", "name": "https"}, "defaultEndpoint": "127.0.0.1:9080", "captureMode": "NONE",
+                "tls": {"mode": "SIMPLE", "serverCertificate": "/etc/certs/cert.pem", "privateKey": "/etc/certs/key.pem"}}],
         },
     });
     let empty = json!({
@@ -750,7 +751,7 @@ async fn sidecars_are_served_and_invalid_ones_reported() {
         warned["message"]
             .as_str()
             .unwrap()
-            .contains("spec.ingress[0].captureMode"),
+            .contains("spec.ingress[0].tls"),
         "{warned}"
     );
     let events: Api<CoreEvent> = Api::namespaced(cluster.client(), "default");

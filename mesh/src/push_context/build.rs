@@ -63,6 +63,10 @@ pub struct BuildInputs {
     /// Send every service's unready endpoints (Istio's `PILOT_SEND_UNHEALTHY_ENDPOINTS`,
     /// off by default); without it only services with a traffic distribution do.
     pub send_unhealthy_endpoints: bool,
+    /// Terminate TLS on Sidecar ingress listeners that set `tls` (Istio's
+    /// `ENABLE_TLS_ON_SIDECAR_INGRESS`, off by default); without it their `tls` is
+    /// ignored with a warning and left out of the snapshot, as Istio ignores it.
+    pub enable_tls_on_sidecar_ingress: bool,
 }
 
 /// What a build produces.
@@ -341,8 +345,13 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         let validated = validate_sidecar(sc);
         findings.extend(validated.findings);
         match validated.spec {
-            Some(spec) => {
-                findings.extend(sidecar_notices(&key, &spec));
+            Some(mut spec) => {
+                if !inputs.enable_tls_on_sidecar_ingress {
+                    findings.extend(sidecar_notices(&key, &spec));
+                    for listener in &mut spec.ingress {
+                        listener.tls = None;
+                    }
+                }
                 sidecars.push(Arc::new(Config { meta, spec }));
             }
             None => {

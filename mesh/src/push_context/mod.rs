@@ -45,9 +45,9 @@ pub use diff::{ChangeSummary, diff};
 pub use peer_authn::EffectiveMtls;
 pub use request_authn::{JwksOutcome, JwksSource};
 pub use validate::{
-    validate_authorization_policy, validate_destination_rule, validate_peer_authentication,
-    validate_request_authentication, validate_service_entry, validate_sidecar,
-    validate_virtual_service,
+    is_valid_cipher_suite, validate_authorization_policy, validate_destination_rule,
+    validate_peer_authentication, validate_request_authentication, validate_service_entry,
+    validate_sidecar, validate_virtual_service,
 };
 use visibility::DestinationRuleIndex;
 

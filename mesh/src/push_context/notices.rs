@@ -40,61 +40,22 @@ pub fn virtual_service_notices(key: &ConfigKey, spec: &VirtualServiceSpec) -> Ve
     n.list
 }
 
-/// Notices about an accepted Sidecar: what of it the generators do not translate yet.
-/// Egress imports (hosts, ports), ingress listener ports and default endpoints, the
-/// workload selector and `outboundTrafficPolicy` are translated; the listeners' addresses
-/// and capture modes, ingress TLS and connection pools are not.
+/// Notices about an accepted Sidecar when Sidecar ingress TLS is off (the default). Every
+/// field is translated as Istio 1.30 translates it, so only ingress `tls` is noted: Istio
+/// ignores it unless `ENABLE_TLS_ON_SIDECAR_INGRESS` is set (Pilotfish:
+/// `--enable-tls-on-sidecar-ingress`).
 pub fn sidecar_notices(key: &ConfigKey, spec: &SidecarSpec) -> Vec<ConfigError> {
     let mut n = Notices {
         key,
         list: Vec::new(),
     };
-    for (i, listener) in spec.egress.iter().enumerate() {
-        if listener.bind.as_deref().is_some_and(|b| !b.is_empty()) {
-            n.behaviour(
-                &format!("spec.egress[{i}].bind"),
-                "not translated by Pilotfish yet: the listener's services keep their usual listeners (their virtual IPs, or 0.0.0.0) instead of this address",
-            );
-        }
-        if listener.capture_mode.is_some() {
-            n.behaviour(
-                &format!("spec.egress[{i}].captureMode"),
-                "not translated by Pilotfish yet: outbound listeners are never bound to a port (traffic is expected to be captured)",
-            );
-        }
-    }
     for (i, listener) in spec.ingress.iter().enumerate() {
-        let path = format!("spec.ingress[{i}]");
-        if listener.bind.as_deref().is_some_and(|b| !b.is_empty()) {
-            n.behaviour(
-                &format!("{path}.bind"),
-                "not translated by Pilotfish yet: the port's chain stays in virtualInbound (0.0.0.0:15006) instead of a listener on this address",
-            );
-        }
-        if listener.capture_mode.is_some() {
-            n.behaviour(
-                &format!("{path}.captureMode"),
-                "not translated by Pilotfish yet: the port's chain stays in virtualInbound (traffic is expected to be captured)",
-            );
-        }
         if listener.tls.is_some() {
             n.behaviour(
-                &format!("{path}.tls"),
-                "not translated by Pilotfish yet: the port's chain follows the workload's PeerAuthentication, without this TLS termination",
+                &format!("spec.ingress[{i}].tls"),
+                "ignored, as Istio 1.30 ignores it unless ENABLE_TLS_ON_SIDECAR_INGRESS is set (Pilotfish: --enable-tls-on-sidecar-ingress, chart value controller.enableTlsOnSidecarIngress); the port's chain follows the workload's PeerAuthentication",
             );
         }
-        if listener.connection_pool.is_some() {
-            n.behaviour(
-                &format!("{path}.connectionPool"),
-                "not translated by Pilotfish yet: the inbound cluster keeps Istio's default connection pool",
-            );
-        }
-    }
-    if spec.inbound_connection_pool.is_some() {
-        n.behaviour(
-            "spec.inboundConnectionPool",
-            "not translated by Pilotfish yet: inbound clusters keep Istio's default connection pool",
-        );
     }
     n.list
 }
@@ -141,6 +102,29 @@ mod tests {
         );
         assert!(found.iter().all(|f| !f.is_error()));
         assert!(found[0].message.contains("Istio 1.30 does not translate"));
+
+        let sidecar: SidecarSpec = serde_json::from_value(json!({
+            "egress": [
+                {"port": {"number": 9080, "protocol": "HTTP", "name": "h"}, "bind": "127.0.0.1", "captureMode": "NONE", "hosts": ["./*"]},
+                {"port": {"number": 0, "protocol": "HTTP", "name": "u"}, "bind": "unix:///var/run/a.sock", "hosts": ["./*"]},
+                {"hosts": ["*/*"]}
+            ],
+            "ingress": [
+                {"port": {"number": 9443, "protocol": "HTTPS", "name": "s"}, "bind": "10.0.0.1", "captureMode": "NONE",
+                 "connectionPool": {"tcp": {"maxConnections": 1}},
+                 "tls": {"mode": "SIMPLE", "serverCertificate": "/c", "privateKey": "/k"}}
+            ],
+            "inboundConnectionPool": {"tcp": {"maxConnections": 2}}
+        }))
+        .unwrap();
+        let key = ConfigKey::new(ConfigKind::Sidecar, "ns", "n");
+        let found = sidecar_notices(&key, &sidecar);
+        assert_eq!(
+            paths(&found),
+            ["spec.ingress[0].tls"],
+            "binds, capture modes, Unix sockets and pools are translated; ingress TLS is ignored as Istio ignores it by default"
+        );
+        assert!(found[0].message.contains("ENABLE_TLS_ON_SIDECAR_INGRESS"));
 
         let se: ServiceEntrySpec = serde_json::from_value(json!({
             "hosts": ["a.example"],

@@ -29,7 +29,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::{PushContext, SidecarConfig, VirtualServiceConfig, config_age_order};
-use crate::api::{Destination, IstioEgressListener, OutboundTrafficPolicyMode, VirtualServiceSpec};
+use crate::api::{
+    CaptureMode, ConnectionPoolSettings, Destination, IstioEgressListener,
+    OutboundTrafficPolicyMode, SidecarSpec, VirtualServiceSpec,
+};
 use crate::mesh_config::OutboundTrafficPolicy;
 use crate::model::{Service, ServiceOrigin, labels_match};
 
@@ -45,12 +48,77 @@ pub struct OutboundPolicy {
 /// The imports of a Sidecar, for one config namespace.
 #[derive(Debug)]
 struct Imports {
-    /// One per host name, sorted by host name (ports trimmed to what is imported).
+    /// One per host name, sorted by host name (ports trimmed to what is imported): the
+    /// union over the egress listeners, VirtualService destinations included (what CDS
+    /// and EDS serve).
     services: Vec<Arc<Service>>,
     by_host: HashMap<String, usize>,
-    /// (namespace, name) of the imported VirtualServices.
+    /// (namespace, name) of the VirtualServices any listener imports.
+    virtual_services: HashSet<(String, String)>,
+    /// The egress listeners, in the Sidecar's order (a default `*/*` one without egress).
+    listeners: Vec<EgressScope>,
+}
+
+/// One egress listener of a scope (Istio's `IstioEgressListenerWrapper`): where it
+/// listens, the services its hosts import (not the destinations of its VirtualServices:
+/// those only get clusters) and the VirtualServices it imports, which route the ports it
+/// claims ([`SidecarScope::listener_for_port`]).
+#[derive(Debug, Default)]
+pub struct EgressScope {
+    /// The listener's port number; `None` for the catch-all listener, `Some(0)` for a Unix
+    /// domain socket one.
+    pub port: Option<u32>,
+    /// The port's protocol as written (`HTTP`, `TCP`, ...), when set.
+    pub protocol: Option<String>,
+    /// `bind`: an IP, or `unix://path`.
+    pub bind: Option<String>,
+    /// `captureMode: NONE`.
+    pub capture_none: bool,
+    /// One per host name, sorted by host name; a listener with a port keeps only that
+    /// port of each.
+    pub services: Vec<Arc<Service>>,
     virtual_services: HashSet<(String, String)>,
 }
+
+impl EgressScope {
+    /// Whether the listener imports the service `hostname` (explicitly, by its hosts).
+    pub fn imports_service(&self, hostname: &str) -> bool {
+        self.services
+            .binary_search_by(|s| s.hostname.as_str().cmp(hostname))
+            .is_ok()
+    }
+
+    /// Whether the listener imports `vs`.
+    pub fn imports_virtual_service(&self, vs: &VirtualServiceConfig) -> bool {
+        self.virtual_services
+            .contains(&(vs.meta.namespace.clone(), vs.meta.name.clone()))
+    }
+
+    /// Whether the listener's traffic does not come through `virtualOutbound`'s
+    /// redirection (Istio's `bindToPort` with an address of the listener's own, or an
+    /// explicit `bind` address): `captureMode: NONE`, a Unix socket, or any `bind`.
+    pub fn has_own_address(&self) -> bool {
+        self.capture_none || self.bind.is_some()
+    }
+
+    /// Whether the listener binds its address (Istio's `bindToPort`, for a proxy that
+    /// redirects: `captureMode: NONE` or a Unix domain socket).
+    pub fn binds(&self) -> bool {
+        self.capture_none || self.bind.as_deref().is_some_and(is_unix)
+    }
+
+    /// A Unix domain socket listener.
+    pub fn is_unix(&self) -> bool {
+        self.bind.as_deref().is_some_and(is_unix)
+    }
+}
+
+fn is_unix(bind: &str) -> bool {
+    bind.starts_with(UNIX_PREFIX)
+}
+
+/// The prefix of a Unix domain socket `bind`.
+pub const UNIX_PREFIX: &str = "unix://";
 
 /// What a proxy sees of the mesh (see the module documentation).
 #[derive(Debug, Default)]
@@ -132,6 +200,20 @@ impl Listener<'_> {
             .is_some_and(|p| p.eq_ignore_ascii_case("http_proxy"));
         (port.number != 0 && !http_proxy).then_some(port.number)
     }
+}
+
+/// The connection pool of the inbound cluster of `port` under a Sidecar (Istio's
+/// `InboundConnectionPoolForPort`): the first ingress listener on that port that sets
+/// `connectionPool`, else the Sidecar's `inboundConnectionPool`, else `None` (the
+/// default pool). It applies to every inbound port, those of ingress listeners and those
+/// taken from the workload's Services alike; it replaces whatever a DestinationRule's
+/// inbound traffic policy would give.
+pub fn inbound_connection_pool(spec: &SidecarSpec, port: u32) -> Option<&ConnectionPoolSettings> {
+    spec.ingress
+        .iter()
+        .filter(|l| l.port.number == port)
+        .find_map(|l| l.connection_pool.as_ref())
+        .or(spec.inbound_connection_pool.as_ref())
 }
 
 impl PushContext {
@@ -259,15 +341,29 @@ impl PushContext {
 
         let mut merged = Merged::default();
         let mut virtual_services = HashSet::new();
+        let mut scopes = Vec::new();
         for listener in &listeners {
-            for s in select_services(&visible, listener, namespace) {
-                merged.append(s);
+            let mut own = select_services(&visible, listener, namespace);
+            own.sort_by(|a, b| a.hostname.cmp(&b.hostname));
+            for s in &own {
+                merged.append(s.clone());
             }
             let selected: Vec<&Arc<VirtualServiceConfig>> = mesh_vs
                 .iter()
                 .copied()
                 .filter(|vs| imports_virtual_service(listener, vs))
                 .collect();
+            scopes.push(EgressScope {
+                port: listener.spec.port.as_ref().map(|p| p.number),
+                protocol: listener.spec.port.as_ref().and_then(|p| p.protocol.clone()),
+                bind: listener.spec.bind.clone().filter(|b| !b.is_empty()),
+                capture_none: listener.spec.capture_mode == Some(CaptureMode::None),
+                services: own,
+                virtual_services: selected
+                    .iter()
+                    .map(|vs| (vs.meta.namespace.clone(), vs.meta.name.clone()))
+                    .collect(),
+            });
             for vs in selected {
                 virtual_services.insert((vs.meta.namespace.clone(), vs.meta.name.clone()));
                 for (host, ports) in destinations_for_namespace(&vs.spec, namespace) {
@@ -295,6 +391,7 @@ impl PushContext {
             services,
             by_host,
             virtual_services,
+            listeners: scopes,
         }
     }
 
@@ -587,6 +684,87 @@ impl SidecarScope {
         all
     }
 
+    /// The egress listeners of the Sidecar, in its order (a single `*/*` one when it has
+    /// no egress); empty without a Sidecar (everything visible, one catch-all).
+    pub fn egress_listeners(&self) -> &[EgressScope] {
+        self.imports.as_ref().map_or(&[], |i| &i.listeners)
+    }
+
+    /// The egress listener that claims `port` (Istio's `GetEgressListenerForRDS` for a
+    /// port): the first listener on that port number, else the catch-all; `None` without
+    /// a Sidecar (everything claims it) or when no listener does. A listener on a Unix
+    /// domain socket (port 0) claims no IP port.
+    pub fn listener_for_port(&self, port: u32) -> Option<&EgressScope> {
+        self.egress_listeners()
+            .iter()
+            .find(|l| l.port.is_none() || (port != 0 && l.port == Some(port)))
+    }
+
+    /// The catch-all egress listener (the one without a port), if any.
+    pub fn catch_all(&self) -> Option<&EgressScope> {
+        self.egress_listeners().iter().find(|l| l.port.is_none())
+    }
+
+    /// The egress listener whose VirtualServices route service `hostname` on `port`: the
+    /// one claiming the port when it imports the service, else the catch-all when it does
+    /// (Istio still builds the catch-all's TCP services their virtual-IP listeners on a
+    /// port another listener claims, with the catch-all's VirtualServices).
+    pub fn listener_for_service(&self, hostname: &str, port: u32) -> Option<&EgressScope> {
+        match self.listener_for_port(port) {
+            Some(l) if l.imports_service(hostname) => Some(l),
+            _ => self.catch_all().filter(|l| l.imports_service(hostname)),
+        }
+    }
+
+    /// The Unix domain socket listener bound to `bind`.
+    pub fn listener_for_unix(&self, bind: &str) -> Option<&EgressScope> {
+        self.egress_listeners()
+            .iter()
+            .find(|l| l.port == Some(0) && l.bind.as_deref() == Some(bind))
+    }
+
+    /// Whether the routes of `listener` (`None`: without a Sidecar) may use `vs`.
+    pub fn listener_imports_virtual_service(
+        &self,
+        listener: Option<&EgressScope>,
+        vs: &VirtualServiceConfig,
+    ) -> bool {
+        match (&self.imports, listener) {
+            (None, _) => true,
+            (Some(_), Some(l)) => l.imports_virtual_service(vs),
+            (Some(_), None) => false,
+        }
+    }
+
+    /// The VirtualServices the routes of `listener` use, oldest first (all the proxy
+    /// sees without a Sidecar).
+    pub fn virtual_services_of<'a>(
+        &self,
+        push: &'a PushContext,
+        listener: Option<&EgressScope>,
+    ) -> Vec<&'a Arc<VirtualServiceConfig>> {
+        let mut all = push.virtual_services_for(&self.namespace);
+        all.retain(|vs| self.listener_imports_virtual_service(listener, vs));
+        all
+    }
+
+    /// The VirtualService routing `hostname` in the routes of `listener` (Istio routes a
+    /// port with the VirtualServices of the listener that claims it): the most specific,
+    /// then oldest, of those it imports.
+    pub fn virtual_service_of<'a>(
+        &self,
+        push: &'a PushContext,
+        listener: Option<&EgressScope>,
+        hostname: &str,
+    ) -> Option<&'a Arc<VirtualServiceConfig>> {
+        match &self.imports {
+            None => push.virtual_service_for_host(hostname, &self.namespace),
+            Some(_) => push.virtual_service_for_host_where(hostname, &self.namespace, |vs| {
+                self.listener_imports_virtual_service(listener, vs)
+            }),
+        }
+    }
+
     /// The VirtualService routing `hostname` for the proxy: the most specific, then
     /// oldest, among those it sees.
     pub fn virtual_service_for_host<'a>(
@@ -822,6 +1000,152 @@ spec:
                 .as_ref()
                 .map(|d| d.host.as_str()),
             Some("api.example.com")
+        );
+    }
+
+    #[test]
+    fn an_ingress_listener_pool_beats_the_sidecar_inbound_pool() {
+        let spec: SidecarSpec = serde_json::from_value(serde_json::json!({
+            "inboundConnectionPool": {"tcp": {"maxConnections": 10}},
+            "ingress": [
+                {"port": {"number": 8080, "protocol": "HTTP", "name": "a"}},
+                {"port": {"number": 8080, "protocol": "HTTP", "name": "b"},
+                 "connectionPool": {"tcp": {"maxConnections": 20}}},
+                {"port": {"number": 9090, "protocol": "HTTP", "name": "c"},
+                 "connectionPool": {"tcp": {"maxConnections": 30}}}
+            ]
+        }))
+        .unwrap();
+        let max = |port| {
+            inbound_connection_pool(&spec, port)
+                .and_then(|p| p.tcp.as_ref())
+                .and_then(|t| t.max_connections)
+        };
+        assert_eq!(
+            max(8080),
+            Some(20),
+            "the first listener of the port that sets a pool, even after one that does not"
+        );
+        assert_eq!(max(9090), Some(30));
+        assert_eq!(
+            max(7070),
+            Some(10),
+            "a port no listener sets (or a Service port) takes inboundConnectionPool"
+        );
+        let bare = SidecarSpec::default();
+        assert!(
+            inbound_connection_pool(&bare, 8080).is_none(),
+            "default pool"
+        );
+    }
+
+    #[test]
+    fn a_port_is_routed_by_the_virtual_services_of_the_listener_that_claims_it() {
+        let extra = [
+            "---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: api-a, namespace: team-a}\nspec: {hosts: [telemetry.istio-system.svc.cluster.local], http: [{route: [{destination: {host: telemetry.istio-system.svc.cluster.local}}]}]}\n",
+            "---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: api-b, namespace: team-b}\nspec: {hosts: [telemetry.istio-system.svc.cluster.local], http: [{route: [{destination: {host: telemetry.istio-system.svc.cluster.local}}]}]}\n",
+            &sidecar(
+                "a",
+                "default",
+                "2024-01-01T00:00:00Z",
+                "{egress: [{port: {number: 80, protocol: HTTP, name: http}, hosts: [\"istio-system/*\", \"team-a/*\"]}, {port: {number: 0, protocol: HTTP, name: uds}, bind: \"unix:///var/run/a.sock\", hosts: [\"b/*\"]}, {captureMode: NONE, hosts: [\"istio-system/*\", \"team-b/*\", \"./*\"]}]}",
+            ),
+        ]
+        .concat();
+        let ctx = context(&extra);
+        let scope = ctx.sidecar_scope(ctx.sidecar_for("a", &BTreeMap::new()), "a");
+        let routing = |port: u32| {
+            let listener = scope.listener_for_port(port);
+            scope
+                .virtual_service_of(&ctx, listener, "telemetry.istio-system.svc.cluster.local")
+                .map(|vs| vs.meta.name.clone())
+        };
+        assert_eq!(
+            routing(80).as_deref(),
+            Some("api-a"),
+            "the listener on port 80 beats the catch-all"
+        );
+        assert_eq!(
+            routing(8080).as_deref(),
+            Some("api-b"),
+            "any other port: the catch-all's"
+        );
+        let all: Vec<String> = scope
+            .virtual_services(&ctx)
+            .iter()
+            .map(|vs| vs.meta.name.clone())
+            .collect();
+        assert!(
+            all.contains(&"api-a".to_string()) && all.contains(&"api-b".to_string()),
+            "the scope as a whole imports both: {all:?}"
+        );
+        let port_80 = scope.listener_for_port(80).unwrap();
+        assert!(port_80.imports_service("telemetry.istio-system.svc.cluster.local"));
+        assert!(
+            !port_80.imports_service("web.a.svc.cluster.local"),
+            "a listener's services are its own hosts' only"
+        );
+        let catch_all = scope.listener_for_port(8080).unwrap();
+        assert!(catch_all.port.is_none() && catch_all.capture_none && catch_all.binds());
+        assert!(catch_all.imports_service("web.a.svc.cluster.local"));
+        let socket = scope.listener_for_unix("unix:///var/run/a.sock").unwrap();
+        assert!(socket.is_unix() && socket.binds() && socket.has_own_address());
+        assert!(
+            scope.listener_for_port(0).is_some_and(|l| l.port.is_none()),
+            "a Unix socket listener claims no IP port"
+        );
+        let names = |l: Option<&EgressScope>| -> Vec<String> {
+            scope
+                .virtual_services_of(&ctx, l)
+                .iter()
+                .map(|vs| format!("{}/{}", vs.meta.namespace, vs.meta.name))
+                .collect()
+        };
+        assert_eq!(names(Some(socket)), ["b/api"], "b's only");
+        assert_eq!(names(scope.listener_for_port(80)), ["team-a/api-a"]);
+        assert!(
+            std::ptr::eq(
+                scope
+                    .listener_for_service("web.a.svc.cluster.local", 80)
+                    .unwrap(),
+                catch_all
+            ),
+            "a service the port's listener does not import is the catch-all's there"
+        );
+        assert!(
+            scope
+                .listener_for_service("telemetry.istio-system.svc.cluster.local", 80)
+                .is_some_and(|l| l.port == Some(80))
+        );
+        let unscoped = ctx.sidecar_scope(None, "a");
+        assert!(unscoped.listener_for_port(80).is_none());
+        assert!(
+            unscoped
+                .virtual_service_of(&ctx, None, "telemetry.istio-system.svc.cluster.local")
+                .is_some(),
+            "without a Sidecar every visible VirtualService routes"
+        );
+    }
+
+    #[test]
+    fn virtual_service_destinations_are_clusters_not_listener_services() {
+        let ctx = context(&sidecar(
+            "a",
+            "default",
+            "2024-01-01T00:00:00Z",
+            "{egress: [{hosts: [\"b/api.b.svc.cluster.local\"]}]}",
+        ));
+        let scope = ctx.sidecar_scope(ctx.sidecar_for("a", &BTreeMap::new()), "a");
+        assert_eq!(
+            seen(&ctx, "a", &[]),
+            ["api.b.svc.cluster.local:80", "db.b.svc.cluster.local:5432"],
+            "the scope's services (CDS) include api's VirtualService destination"
+        );
+        let listener = &scope.egress_listeners()[0];
+        assert!(listener.imports_service("api.b.svc.cluster.local"));
+        assert!(
+            !listener.imports_service("db.b.svc.cluster.local"),
+            "Istio's IstioEgressListenerWrapper.services are the hosts' services only"
         );
     }
 

@@ -740,3 +740,25 @@ spec:
     assert_eq!(warning.severity, Severity::Warning);
     assert!(warning.message.contains("not exported"), "{warning}");
 }
+
+#[test]
+fn sidecar_ingress_tls_is_kept_only_with_the_switch_as_istio() {
+    let yaml = "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: a}\nspec:\n  ingress:\n  - port: {number: 9443, protocol: HTTPS, name: https}\n    defaultEndpoint: 127.0.0.1:8080\n    tls: {mode: SIMPLE, serverCertificate: /c.pem, privateKey: /k.pem}\n";
+    let off = build(&inputs(yaml), None);
+    assert!(
+        off.context.sidecars()[0].spec.ingress[0].tls.is_none(),
+        "Istio ignores it without ENABLE_TLS_ON_SIDECAR_INGRESS"
+    );
+    let warned: Vec<&str> = off.findings.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(warned, ["spec.ingress[0].tls"]);
+    assert!(off.findings.iter().all(|f| !f.is_error()));
+    let on = build(
+        &BuildInputs {
+            enable_tls_on_sidecar_ingress: true,
+            ..inputs(yaml)
+        },
+        None,
+    );
+    assert!(on.context.sidecars()[0].spec.ingress[0].tls.is_some());
+    assert!(on.findings.is_empty(), "{:?}", on.findings);
+}

@@ -17,6 +17,7 @@ use super::discovery;
 use super::error::ApiError;
 use super::openapi;
 use super::proto;
+use super::rbac;
 use super::registry::ResourceType;
 use super::selector::{FieldSelector, LabelSelector};
 use super::store::{FieldValidation, ListOptions, PatchKind, WriteOptions, Written};
@@ -391,6 +392,30 @@ fn resource(
         }
         let body = decode_body(&content_type(headers), &body)?;
         let review = tokens::token_review(&shared.lock(), &shared.tokens, &body);
+        return Ok(json_response(StatusCode::CREATED, &review, &[]));
+    }
+    if path.group == "authorization.k8s.io"
+        && path.version == "v1"
+        && matches!(
+            path.plural.as_str(),
+            "subjectaccessreviews" | "selfsubjectaccessreviews"
+        )
+        && path.namespace.is_none()
+        && path.name.is_none()
+    {
+        if method != Method::POST {
+            return Err(ApiError::method_not_allowed(format!(
+                "{method} is not supported on {}: only create",
+                path.plural
+            )));
+        }
+        let body = decode_body(&content_type(headers), &body)?;
+        let store = shared.lock();
+        let review = if path.plural == "subjectaccessreviews" {
+            rbac::subject_access_review(&store, &body)?
+        } else {
+            rbac::self_subject_access_review(&store, headers, &body)?
+        };
         return Ok(json_response(StatusCode::CREATED, &review, &[]));
     }
     let rt = shared

@@ -16,6 +16,7 @@ mod meta;
 mod openapi;
 mod patch;
 mod proto;
+mod rbac;
 mod registry;
 mod scale;
 mod schema;

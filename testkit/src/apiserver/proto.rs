@@ -1,6 +1,6 @@
 //! Protobuf request bodies (`application/vnd.kubernetes.protobuf`): helm sends Secrets
 //! (its release records) and DeleteOptions this way, kubectl's imperative `create
-//! namespace|configmap|secret|serviceaccount` and `create token` too, and neither retries in JSON. The body
+//! namespace|configmap|secret|serviceaccount`, `create token` and `auth can-i` too, and neither retries in JSON. The body
 //! is the `k8s\0` magic plus a `runtime.Unknown` envelope; we decode those types with
 //! `k8s-pb`, convert them to their `k8s-openapi` twins and continue in JSON like every
 //! other request. Other kinds get a clear 415.
@@ -116,13 +116,36 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
                 },
             }))
         }
+        "SelfSubjectAccessReview" => {
+            use k8s_pb::api::authorization::v1 as pb_authz;
+            let review = pb_authz::SelfSubjectAccessReview::decode(raw.as_slice())
+                .map_err(|e| undecodable("SelfSubjectAccessReview", e))?;
+            let spec = review.spec.unwrap_or_default();
+            let resource = spec.resource_attributes.map(|r| {
+                json!({"namespace": r.namespace, "verb": r.verb, "group": r.group,
+                       "version": r.version, "resource": r.resource,
+                       "subresource": r.subresource, "name": r.name})
+            });
+            let non_resource = spec
+                .non_resource_attributes
+                .map(|n| json!({"path": n.path, "verb": n.verb}));
+            Ok(json!({
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview",
+                "metadata": to_json(meta_of(review.metadata))?,
+                "spec": {
+                    "resourceAttributes": resource,
+                    "nonResourceAttributes": non_resource,
+                },
+            }))
+        }
         "DeleteOptions" => {
             let options = pb_meta::DeleteOptions::decode(raw.as_slice())
                 .map_err(|e| undecodable("DeleteOptions", e))?;
             Ok(delete_options_from_pb(options))
         }
         other => Err(ApiError::unsupported_media_type(format!(
-            "protobuf bodies are accepted for ConfigMap, Namespace, Secret, ServiceAccount, TokenRequest and DeleteOptions only, not {other:?}; send JSON (e.g. kubectl create -f)"
+            "protobuf bodies are accepted for ConfigMap, Namespace, Secret, ServiceAccount, TokenRequest, SelfSubjectAccessReview and DeleteOptions only, not {other:?}; send JSON (e.g. kubectl create -f)"
         ))),
     }
 }

@@ -8,7 +8,7 @@ use super::registry::ScalePaths;
 
 /// Renders a `LabelSelector` object (`matchLabels`, `matchExpressions`) as the string
 /// form Scale's `status.selector` carries; a string is taken as it is.
-fn selector_string(selector: &Value) -> Option<String> {
+pub(super) fn selector_string(selector: &Value) -> Option<String> {
     if let Value::String(text) = selector {
         return Some(text.clone());
     }

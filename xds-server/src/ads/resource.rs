@@ -159,6 +159,20 @@ pub trait XdsSnapshot: Send + Sync + 'static {
     /// unique across the parts; if one repeats, the first part's resource wins.
     fn parts(&self, proxy: &Proxy, xds_type: XdsType) -> Vec<Arc<ResourceMap>>;
 
+    /// Resources that exist only when asked for by name, for those of `names` that are
+    /// such: a proxyless gRPC server's listener is named by the address the server binds
+    /// (`xds.istio.io/grpc/lds/inbound/<ip>:<port>`), which the snapshot cannot list, and
+    /// which a wildcard subscription does not get (as in Istio). As for
+    /// [`parts`](Self::parts), the same content must come as the same `Arc`. None by default.
+    fn named_parts(
+        &self,
+        _proxy: &Proxy,
+        _xds_type: XdsType,
+        _names: &mut dyn Iterator<Item = &str>,
+    ) -> Vec<Arc<ResourceMap>> {
+        Vec::new()
+    }
+
     /// How this snapshot differs from the one with version `previous`, when known: lets a
     /// stream that saw exactly `previous` recompute only EDS.
     fn change_since(&self, previous: u64) -> ChangeKind;
@@ -174,7 +188,10 @@ pub trait XdsSnapshot: Send + Sync + 'static {
         let Some(xds_type) = XdsType::from_type_url(type_url) else {
             return Vec::new();
         };
-        let parts = self.parts(proxy, xds_type);
+        let mut parts = self.parts(proxy, xds_type);
+        if let Some(names) = names {
+            parts.extend(self.named_parts(proxy, xds_type, &mut names.iter().map(String::as_str)));
+        }
         match names {
             None => {
                 let mut all = ResourceMap::new();

@@ -243,8 +243,9 @@ impl ServedSnapshot {
     }
 
     /// The view of `xds_type` for `proxy` and a subscription: every resource when `names`
-    /// is `None`, else those of `names` that exist. Computed once and shared while any
-    /// stream holds it.
+    /// is `None`, else those of `names` that exist (in the snapshot's parts, or among the
+    /// resources that exist only when named, [`XdsSnapshot::named_parts`]). Computed once
+    /// and shared while any stream holds it.
     pub fn view(
         &self,
         proxy: &Proxy,
@@ -254,9 +255,17 @@ impl ServedSnapshot {
         if names.is_some_and(|n| n.is_empty()) {
             return Arc::new(View::empty(xds_type));
         }
+        let mut parts = self.snapshot.parts(proxy, xds_type);
+        if let Some(names) = names {
+            parts.extend(self.snapshot.named_parts(
+                proxy,
+                xds_type,
+                &mut names.iter().map(String::as_str),
+            ));
+        }
         let key = ViewKey {
             xds_type,
-            parts: self.snapshot.parts(proxy, xds_type),
+            parts,
             names: names.cloned(),
         };
         if let Some(view) = self.lock().views.get(&key).and_then(Weak::upgrade) {
@@ -439,6 +448,88 @@ mod tests {
             .collect();
         assert_eq!(got, want);
         assert_eq!(got.len(), 2);
+    }
+
+    /// A snapshot whose listeners named `named/<x>` exist only when asked for by name.
+    struct NamedOnly {
+        base: MapSnapshot,
+        named: Mutex<HashMap<Vec<String>, Arc<ResourceMap>>>,
+    }
+
+    impl XdsSnapshot for NamedOnly {
+        fn version(&self) -> u64 {
+            self.base.version()
+        }
+        fn parts(&self, proxy: &Proxy, xds_type: XdsType) -> Vec<Arc<ResourceMap>> {
+            self.base.parts(proxy, xds_type)
+        }
+        fn change_since(&self, previous: u64) -> ChangeKind {
+            self.base.change_since(previous)
+        }
+        fn named_parts(
+            &self,
+            _proxy: &Proxy,
+            xds_type: XdsType,
+            names: &mut dyn Iterator<Item = &str>,
+        ) -> Vec<Arc<ResourceMap>> {
+            let asked: Vec<String> = names
+                .filter(|n| xds_type == XdsType::Listener && n.starts_with("named/"))
+                .map(str::to_string)
+                .collect();
+            if asked.is_empty() {
+                return Vec::new();
+            }
+            let mut cache = self.named.lock().unwrap();
+            let part = cache.entry(asked.clone()).or_insert_with(|| {
+                Arc::new(
+                    asked
+                        .iter()
+                        .map(|n| {
+                            let body = prost_types::Any {
+                                type_url: crate::ads::types::LISTENER_TYPE.into(),
+                                value: n.as_bytes().to_vec(),
+                            };
+                            (n.clone(), Arc::new(Resource::new(n.clone(), body)))
+                        })
+                        .collect(),
+                )
+            });
+            vec![part.clone()]
+        }
+    }
+
+    #[test]
+    fn resources_that_exist_only_when_named_are_never_in_a_wildcard() {
+        let served = ServedSnapshot::new(Arc::new(NamedOnly {
+            base: MapSnapshot::new(1).with(
+                crate::ads::types::LISTENER_TYPE,
+                "listed-only-in-this-test",
+                b"l",
+            ),
+            named: Mutex::default(),
+        }));
+        let all = served.view(&proxy(), XdsType::Listener, None);
+        let names =
+            |v: &View| -> Vec<String> { v.resources().iter().map(|r| r.name.clone()).collect() };
+        assert_eq!(names(&all), ["listed-only-in-this-test"]);
+        let sets = NameSets::default();
+        let asked = sets.intern(vec![
+            "named/a".into(),
+            "listed-only-in-this-test".into(),
+            "missing".into(),
+        ]);
+        let view = served.view(&proxy(), XdsType::Listener, Some(&asked));
+        assert_eq!(names(&view), ["listed-only-in-this-test", "named/a"]);
+        let again = served.view(
+            &proxy(),
+            XdsType::Listener,
+            Some(&sets.intern(vec![
+                "missing".into(),
+                "listed-only-in-this-test".into(),
+                "named/a".into(),
+            ])),
+        );
+        assert!(Arc::ptr_eq(&view, &again), "shared like any view");
     }
 
     #[test]

@@ -24,11 +24,7 @@ use pilotfish_mesh::push_context::PushContext;
 use super::plan::{ClusterPlan, Discovery};
 use super::util::any;
 
-/// The workload label (set by Istio's sidecar injector) saying how its sidecar takes
-/// inbound traffic; `istio` means mutual TLS.
-pub const TLS_MODE_LABEL: &str = "security.istio.io/tlsMode";
-/// The value of [`TLS_MODE_LABEL`] for workloads with a sidecar.
-pub const TLS_MODE_ISTIO: &str = "istio";
+pub use super::names::{TLS_MODE_ISTIO, TLS_MODE_LABEL};
 /// The endpoint metadata namespace Envoy matches `transport_socket_matches` against.
 pub const TRANSPORT_SOCKET_MATCH_KEY: &str = "envoy.transport_socket_match";
 /// The key of the mode in that metadata (Istio's short name of the label).

@@ -218,24 +218,8 @@ fn outbound_cluster(
         cluster.outlier_detection = Some(outlier_detection(od));
     }
     if flavor == Flavor::Sidecar {
-        if let Some(keepalive) = pool
-            .and_then(|p| p.tcp.as_ref())
-            .and_then(|t| t.tcp_keepalive.as_ref())
-        {
-            cluster.upstream_connection_options = Some(UpstreamConnectionOptions {
-                tcp_keepalive: Some(TcpKeepalive {
-                    keepalive_probes: keepalive.probes.and_then(u32_value),
-                    keepalive_time: keepalive
-                        .time
-                        .as_ref()
-                        .and_then(|d| u32_value(d.as_std().as_secs() as u32)),
-                    keepalive_interval: keepalive
-                        .interval
-                        .as_ref()
-                        .and_then(|d| u32_value(d.as_std().as_secs() as u32)),
-                }),
-                ..Default::default()
-            });
+        if let Some(options) = tcp_keepalive(pool) {
+            cluster.upstream_connection_options = Some(options);
         }
         let mut options = http_protocol_options(plan.port.protocol, pool);
         if let Some((auto_sni, auto_san_validation)) = auto_sni_and_san(tls.as_deref(), flavor) {
@@ -302,6 +286,25 @@ fn outbound_cluster(
     }
     apply_connection_options(&mut cluster, policy, flavor, findings);
     cluster
+}
+
+/// The pool's TCP keepalive as upstream connection options.
+fn tcp_keepalive(pool: Option<&ConnectionPoolSettings>) -> Option<UpstreamConnectionOptions> {
+    let keepalive = pool?.tcp.as_ref()?.tcp_keepalive.as_ref()?;
+    Some(UpstreamConnectionOptions {
+        tcp_keepalive: Some(TcpKeepalive {
+            keepalive_probes: keepalive.probes.and_then(u32_value),
+            keepalive_time: keepalive
+                .time
+                .as_ref()
+                .and_then(|d| u32_value(d.as_std().as_secs() as u32)),
+            keepalive_interval: keepalive
+                .interval
+                .as_ref()
+                .and_then(|d| u32_value(d.as_std().as_secs() as u32)),
+        }),
+        ..Default::default()
+    })
 }
 
 /// The `targetPort` of a `resolution: NONE` ServiceEntry's port, when it is set.
@@ -592,6 +595,14 @@ fn static_inbound_cluster(
     endpoint: &InboundEndpoint,
     connect_timeout: std::time::Duration,
 ) -> Cluster {
+    // Istio leaves from 127.0.0.6 unless the endpoint is the loopback, so that traffic to
+    // the workload's own IP is not redirected back to the sidecar. (It sets that on Unix
+    // socket endpoints too, where an IP source cannot be bound; Pilotfish leaves it off
+    // there.)
+    let bind = match endpoint {
+        InboundEndpoint::Socket { address, .. } => address != "127.0.0.1" && address != "::1",
+        InboundEndpoint::Pipe(_) => false,
+    };
     let address = match endpoint {
         InboundEndpoint::Socket { address, port } => socket_address(address, *port),
         InboundEndpoint::Pipe(path) => Address {
@@ -606,6 +617,7 @@ fn static_inbound_cluster(
         cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32)),
         connect_timeout: duration(connect_timeout),
         circuit_breakers: Some(circuit_breakers(None, Flavor::Sidecar)),
+        upstream_bind_config: bind.then(inbound_bind_config),
         load_assignment: Some(ClusterLoadAssignment {
             cluster_name: name.to_string(),
             endpoints: vec![LocalityLbEndpoints {
@@ -636,7 +648,10 @@ fn inbound_bind_config() -> BindConfig {
 }
 
 /// `inbound|<port>||` for each of the workload's ports: the original destination (the
-/// workload itself), leaving from 127.0.0.6.
+/// workload itself), leaving from 127.0.0.6. A port's connection pool from the Sidecar
+/// (`InboundPort::pool`) is applied as Istio applies a pool to an inbound cluster: circuit
+/// breakers, connect timeout, TCP keepalive and the HTTP options of the pool, without
+/// the HTTP/2 upgrade (outbound only).
 pub fn inbound_clusters(
     ports: &[InboundPort],
     connect_timeout: std::time::Duration,
@@ -645,25 +660,49 @@ pub fn inbound_clusters(
         .iter()
         .map(|p| {
             let name = names::inbound_cluster(p.port);
+            let pool = p.pool.as_ref().map(|c| {
+                let mut pool = (*c.value).clone();
+                if let Some(http) = pool.http.as_mut() {
+                    http.h2_upgrade_policy = None;
+                }
+                pool
+            });
+            let connect_timeout = pool
+                .as_ref()
+                .and_then(|p| p.tcp.as_ref())
+                .and_then(|t| t.connect_timeout.as_ref())
+                .map(|d| d.as_std())
+                .filter(|d| !d.is_zero())
+                .unwrap_or(connect_timeout);
             let mut cluster = match &p.endpoint {
                 None => passthrough_cluster(&name, connect_timeout, true),
                 Some(endpoint) => static_inbound_cluster(&name, endpoint, connect_timeout),
             };
             cluster.typed_extension_protocol_options.clear();
-            if p.protocol.is_http2() {
-                cluster.typed_extension_protocol_options.insert(
-                    HTTP_PROTOCOL_OPTIONS.to_string(),
-                    any(&HttpProtocolOptions {
-                        upstream_protocol_options: Some(
-                            UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
-                                protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(
-                                    Http2ProtocolOptions::default(),
-                                )),
-                            }),
-                        ),
-                        ..Default::default()
-                    }),
-                );
+            let Some(pool) = pool else {
+                if p.protocol.is_http2() {
+                    cluster.typed_extension_protocol_options.insert(
+                        HTTP_PROTOCOL_OPTIONS.to_string(),
+                        any(&HttpProtocolOptions {
+                            upstream_protocol_options: Some(
+                                UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
+                                    protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(
+                                        Http2ProtocolOptions::default(),
+                                    )),
+                                }),
+                            ),
+                            ..Default::default()
+                        }),
+                    );
+                }
+                return cluster;
+            };
+            cluster.circuit_breakers = Some(circuit_breakers(Some(&pool), Flavor::Sidecar));
+            cluster.upstream_connection_options = tcp_keepalive(Some(&pool));
+            if let Some(options) = http_protocol_options(p.protocol, Some(&pool)) {
+                cluster
+                    .typed_extension_protocol_options
+                    .insert(HTTP_PROTOCOL_OPTIONS.to_string(), any(&options));
             }
             cluster
         })

@@ -37,7 +37,7 @@ use pilotfish_mesh::push_context::PushContext;
 
 use super::findings::{Finding, RouteKind};
 use super::names;
-use super::plan::{ClusterPlan, OutboundPlan};
+use super::plan::ClusterPlan;
 use super::route::{RouteEnv, destination_cluster, normalized_weights};
 use super::util::{any, api_duration, u32_value};
 
@@ -63,28 +63,27 @@ pub struct L4Chains {
     pub default: Option<Filter>,
 }
 
-/// The chains of service cluster `c` on `port` for `proxy`. `service_cidrs` are what a
-/// TLS match without `destinationSubnets` matches by address: the service's own ranges on
-/// the port's shared listener, nothing on a listener of its own. TCP route destinations
-/// without a cluster are noted in `findings`.
+/// The chains of service cluster `c` on the port of `env` for its proxy, routed by the
+/// VirtualServices of its egress listener. `service_cidrs` are what a TLS match without
+/// `destinationSubnets` matches by address: the service's own ranges on the port's
+/// shared listener, nothing on a listener of its own. TCP route destinations without a
+/// cluster are noted in `findings`.
 pub fn l4_chains(
-    push: &PushContext,
-    proxy: &Proxy,
-    plan: &OutboundPlan,
+    env: &RouteEnv<'_>,
     c: &ClusterPlan,
-    port: u32,
     service_cidrs: &[CidrRange],
     findings: &mut Vec<Finding>,
 ) -> L4Chains {
-    let env = RouteEnv {
+    let RouteEnv {
         push,
         proxy,
         plan,
         port,
-    };
+        egress,
+    } = *env;
     let vs = plan
         .sidecar
-        .virtual_service_for_host(push, &c.service.hostname);
+        .virtual_service_of(push, egress, &c.service.hostname);
     let own = || {
         let mut tcp = tcp_proxy(
             &c.name,
@@ -98,7 +97,7 @@ pub fn l4_chains(
         if routes.is_empty() {
             own()
         } else {
-            routed_filter(&env, c, routes, findings)
+            routed_filter(env, c, routes, findings)
         }
     };
     let mut matched = Vec::new();

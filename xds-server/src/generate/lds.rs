@@ -5,9 +5,14 @@
 //! outbound listeners that are not bound (traffic arrives through `virtualOutbound`, which
 //! hands a connection to the listener of its exact address, else to `0.0.0.0_<port>`), and
 //! `virtualInbound` (0.0.0.0:15006) with the filter chains of each port of the workload
-//! itself and of the passthrough, per the workload's PeerAuthentication mode.
+//! itself and of the passthrough, per the workload's PeerAuthentication mode. A Sidecar's
+//! ingress listeners with `captureMode: NONE` get listeners of their own bound to their
+//! address ([`bound_inbound_listeners`]), and its egress listeners with an address of
+//! their own (`bind`, `captureMode: NONE`, a Unix socket) get `<bind>_<port>` listeners
+//! ([`bound_listeners`]) instead of the shape below.
 //!
-//! Outbound, as [`outbound_ports`] decides per port:
+//! Outbound, as [`outbound_ports`] decides per port (under a Sidecar: for the services of
+//! the egress listener claiming the port):
 //! - each Kubernetes service with a virtual IP gets `<ip>_<port>`: an HTTP connection
 //!   manager asking RDS for the service's own route configuration `<fqdn>:<port>`, or the
 //!   service's tcp_proxy. Adding or removing a service adds or removes its listeners and
@@ -48,17 +53,19 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::tcp_pro
 use pilotfish_mesh::api::MtlsMode;
 use pilotfish_mesh::mesh_config::OutboundTrafficPolicy;
 use pilotfish_mesh::model::{Protocol, Proxy};
+use pilotfish_mesh::push_context::sidecar::EgressScope;
 use pilotfish_mesh::push_context::{EffectiveMtls, PushContext};
 
 use super::eds::socket_address;
 use super::findings::Finding;
 use super::inbound_mtls::{self, ChainProtocol};
+use super::inbound_tls;
 use super::jwt_authn::{self, ResolvedJwtRule};
 use super::l4::{cidr, cidr_key, l4_chains, tcp_proxy_filter};
 use super::names;
-use super::plan::{ClusterPlan, OutboundPlan, OutboundPort, outbound_ports};
+use super::plan::{ClusterPlan, OutboundPlan, OutboundPort, bound_listeners, outbound_ports};
 use super::rbac::InboundRbac;
-use super::route::{CORS_FILTER, FAULT_FILTER, ROUTER_FILTER, http_filter};
+use super::route::{CORS_FILTER, FAULT_FILTER, ROUTER_FILTER, RouteEnv, http_filter};
 use super::scope::InboundPort;
 use super::util::{ads_config_source, any, bool_value, u32_value, zero_duration};
 
@@ -134,9 +141,38 @@ pub fn sidecar_outbound_listeners(
         }
         if services.has_http() || !services.shared.is_empty() {
             out.push(shared_port_listener(
-                push, proxy, plan, port, &services, unknown, findings,
+                push,
+                proxy,
+                plan,
+                port,
+                &services,
+                plan.sidecar.listener_for_port(port),
+                names::sidecar_route(port),
+                unknown,
+                findings,
             ));
         }
+    }
+    for bound in bound_listeners(plan) {
+        let mut listener = shared_port_listener(
+            push,
+            proxy,
+            plan,
+            bound.port,
+            &bound.services(),
+            Some(bound.listener),
+            bound.route_name.clone(),
+            unknown,
+            findings,
+        );
+        listener.name = bound.name;
+        listener.address = Some(listener_address(&bound.address, bound.port));
+        if bound.binds {
+            // Istio's MAX_CONNECTIONS_PER_SOCKET_EVENT_LOOP default, on listeners that bind.
+            listener.bind_to_port = None;
+            listener.max_connections_to_accept_per_socket_event = u32_value(1);
+        }
+        out.push(listener);
     }
     out
 }
@@ -163,7 +199,14 @@ fn own_listener(
             sidecar_http_filters(c.port.protocol == Protocol::GrpcWeb),
         ))
     } else {
-        let chains = l4_chains(push, proxy, plan, c, port, &[], findings);
+        let env = RouteEnv {
+            push,
+            proxy,
+            plan,
+            port,
+            egress: plan.sidecar.listener_for_service(&c.service.hostname, port),
+        };
+        let chains = l4_chains(&env, c, &[], findings);
         let mut claimed = HashSet::new();
         for m in chains.matched {
             if let Some(chain_match) = claim(&mut claimed, m.destination_cidrs, m.server_names) {
@@ -257,12 +300,15 @@ fn tls_inspector_for(chains: &[FilterChain]) -> Vec<ListenerFilter> {
 
 /// `0.0.0.0_<port>`: every service of the port without a listener of its own, and the
 /// port's HTTP catch-all.
+#[allow(clippy::too_many_arguments)]
 fn shared_port_listener(
     push: &PushContext,
     proxy: &Proxy,
     plan: &OutboundPlan,
     port: u32,
     services: &OutboundPort<'_>,
+    egress: Option<&EgressScope>,
+    route_name: String,
     unknown: &str,
     findings: &mut Vec<Finding>,
 ) -> Listener {
@@ -277,7 +323,14 @@ fn shared_port_listener(
     {
         let service_cidrs: Vec<CidrRange> =
             c.service.addresses.iter().filter_map(|a| cidr(a)).collect();
-        let l4 = l4_chains(push, proxy, plan, c, port, &service_cidrs, findings);
+        let env = RouteEnv {
+            push,
+            proxy,
+            plan,
+            port,
+            egress,
+        };
+        let l4 = l4_chains(&env, c, &service_cidrs, findings);
         for m in l4.matched {
             if let Some(chain_match) = claim(&mut claimed, m.destination_cidrs, m.server_names) {
                 // Unnamed: chains from one VirtualService can come with several services.
@@ -322,7 +375,7 @@ fn shared_port_listener(
             format!("outbound_0.0.0.0_{port}"),
             RouteSpecifier::Rds(Rds {
                 config_source: Some(ads_config_source(true)),
-                route_config_name: names::sidecar_route(port),
+                route_config_name: route_name,
             }),
             // Istio takes the port's protocol from one of its services; any grpc-web
             // service the catch-all routes gets the filter here (it acts only on
@@ -458,6 +511,8 @@ pub fn sidecar_inbound_listener(
     // The passthrough: no port (the workload's mode), then the port-level ports no
     // Service declares (Istio's ForPassthrough).
     let served: HashSet<u32> = inbound.iter().map(|p| p.port).collect();
+    // Ports with a listener of their own (`bound_inbound_listeners`) have no chain here.
+    let inbound = inbound.iter().filter(|p| !p.bound);
     let passthrough_ports = std::iter::once((None, mtls.mode)).chain(
         mtls.per_port
             .iter()
@@ -474,11 +529,22 @@ pub fn sidecar_inbound_listener(
             || with_rbac(&rbac.network, passthrough()),
         ));
     }
-    for p in inbound
-        .iter()
-        .filter(|p| p.port != names::VIRTUAL_INBOUND_PORT)
-    {
+    for p in inbound.filter(|p| p.port != names::VIRTUAL_INBOUND_PORT) {
+        let chain_name = inbound_chain_name(p);
         let cluster = names::inbound_cluster(p.port);
+        // A Sidecar ingress `tls` applies only where the port's mTLS mode is DISABLE
+        // (Istio's buildInboundListeners); its chain sees the protocol after TLS.
+        let user_tls = p
+            .tls
+            .as_ref()
+            .filter(|_| mtls.for_port(p.port) == MtlsMode::Disable);
+        let p = &match user_tls {
+            Some(_) => InboundPort {
+                protocol: inbound_tls::after_termination(p.protocol),
+                ..p.clone()
+            },
+            None => p.clone(),
+        };
         let protocol = if p.protocol.is_http() {
             ChainProtocol::Http
         } else {
@@ -488,7 +554,7 @@ pub fn sidecar_inbound_listener(
             ChainProtocol::Http => {
                 let env_route = default_inbound_route(&cluster, p.port, p.protocol);
                 let mut hcm = sidecar_hcm(
-                    format!("inbound_0.0.0.0_{}", p.port),
+                    format!("inbound_{chain_name}"),
                     RouteSpecifier::RouteConfig(RouteConfiguration {
                         name: cluster.clone(),
                         virtual_hosts: vec![VirtualHost {
@@ -529,16 +595,26 @@ pub fn sidecar_inbound_listener(
                 Vec::new(),
             ),
         };
+        let filters = || match protocol {
+            ChainProtocol::Http => vec![filter()],
+            ChainProtocol::Tcp => with_rbac(&rbac.network, filter()),
+        };
+        if let Some(tls) = user_tls {
+            chains.push(inbound_tls::chain(
+                &chain_name,
+                p.port,
+                &tls.value,
+                filters(),
+            ));
+            continue;
+        }
         chains.extend(mtls_chains(
-            &format!("0.0.0.0_{}", p.port),
+            &chain_name,
             Some(p.port),
             mtls.for_port(p.port),
             protocol,
             trust_domain,
-            || match protocol {
-                ChainProtocol::Http => vec![filter()],
-                ChainProtocol::Tcp => with_rbac(&rbac.network, filter()),
-            },
+            filters,
         ));
     }
     let mut listener_filters = vec![ListenerFilter {
@@ -560,6 +636,82 @@ pub fn sidecar_inbound_listener(
         continue_on_listener_filters_timeout: true,
         filter_chains: chains,
         ..Default::default()
+    }
+}
+
+/// The name of an inbound port's chains (and of its own listener when bound): Istio's
+/// `<bind>_<port>`, `0.0.0.0` without a Sidecar ingress `bind`.
+fn inbound_chain_name(p: &InboundPort) -> String {
+    format!("{}_{}", p.bind.as_deref().unwrap_or("0.0.0.0"), p.port)
+}
+
+/// The listeners of a Sidecar's ingress listeners with `captureMode: NONE` (Istio's
+/// `inboundCustomListener`): each bound to `<bind>:<port>`, named `<bind>_<port>`, with the
+/// port's chains exactly as `virtualInbound` would carry them (PeerAuthentication mode
+/// included), no original-destination filter (nothing is redirected to it) and the TLS
+/// inspector where a chain matches on TLS.
+pub fn bound_inbound_listeners(
+    inbound: &[InboundPort],
+    mtls: &EffectiveMtls,
+    jwt_rules: &[ResolvedJwtRule],
+    trust_domain: &str,
+    rbac: &InboundRbac,
+) -> Vec<Listener> {
+    inbound
+        .iter()
+        .filter(|p| p.bound)
+        .map(|p| {
+            let name = inbound_chain_name(p);
+            let unbound = InboundPort {
+                bound: false,
+                ..p.clone()
+            };
+            let chains: Vec<FilterChain> = sidecar_inbound_listener(
+                std::slice::from_ref(&unbound),
+                mtls,
+                jwt_rules,
+                trust_domain,
+                rbac,
+            )
+            .filter_chains
+            .into_iter()
+            .filter(|c| c.name == name)
+            .collect();
+            Listener {
+                name,
+                address: Some(listener_address(
+                    p.bind.as_deref().unwrap_or("0.0.0.0"),
+                    p.port,
+                )),
+                traffic_direction: TrafficDirection::Inbound as i32,
+                listener_filters: inbound_mtls::tls_inspector(&chains).into_iter().collect(),
+                listener_filters_timeout: zero_duration(),
+                continue_on_listener_filters_timeout: true,
+                // Istio's MAX_CONNECTIONS_PER_SOCKET_EVENT_LOOP default, on listeners that
+                // bind.
+                max_connections_to_accept_per_socket_event: u32_value(1),
+                filter_chains: chains,
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+/// The address of a listener at `bind` (an IP, or a Unix domain socket `unix://path`,
+/// Istio's `BuildAddress`) and `port`.
+pub fn listener_address(
+    bind: &str,
+    port: u32,
+) -> envoy_types::pb::envoy::config::core::v3::Address {
+    use envoy_types::pb::envoy::config::core::v3::{Address, Pipe, address};
+    match bind.strip_prefix("unix://") {
+        Some(path) => Address {
+            address: Some(address::Address::Pipe(Pipe {
+                path: path.to_string(),
+                ..Default::default()
+            })),
+        },
+        None => socket_address(bind, port),
     }
 }
 

@@ -13,8 +13,10 @@
 //!
 //! Layout: [`scope`] (what a proxy's output depends on), [`plan`] (the outbound clusters
 //! every type is derived from), [`policy`] (DestinationRule merge), [`cds`], [`eds`],
-//! [`lds`] with [`inbound_mtls`] (PeerAuthentication's inbound chains) and [`jwt_authn`]
-//! (RequestAuthentication's filter), [`rds`] with
+//! [`lds`] with [`inbound_mtls`] (PeerAuthentication's inbound chains), [`jwt_authn`]
+//! (RequestAuthentication's filter),
+//! [`proxyless_inbound`] (a proxyless gRPC server's listeners, named by the address it
+//! binds, so asked for by name only), [`rds`] with
 //! [`route`] (VirtualService translation, then the proxyless pass) and [`tls`], [`names`] (Istio's resource names and domains), [`util`], [`json`];
 //! [`sanitize`] replaces a broken reference in a generated part, [`audit`] (above the
 //! snapshot) checks whole snapshots. The generators do no telemetry: they return
@@ -29,6 +31,7 @@ pub mod eds;
 pub mod findings;
 pub mod identities;
 pub mod inbound_mtls;
+pub mod inbound_tls;
 pub mod json;
 pub mod jwt_authn;
 pub mod l4;
@@ -37,6 +40,7 @@ pub mod metrics;
 pub mod names;
 pub mod plan;
 pub mod policy;
+pub mod proxyless_inbound;
 pub mod rbac;
 pub mod rds;
 pub mod route;

@@ -2,7 +2,9 @@
 //! `outbound|<port>|<subset>|<fqdn>` and `inbound|<port>||`, sidecar listeners
 //! `virtualOutbound`, `virtualInbound`, `0.0.0.0_<port>` and `<ip>_<port>`, the catch-all
 //! route config of a port named by the port, a service's own route config and proxyless
-//! listeners `<fqdn>:<port>`; and the virtual host domains Istio lists for a service.
+//! listeners `<fqdn>:<port>`, proxyless servers' listeners
+//! `xds.istio.io/grpc/lds/inbound/<ip>:<port>`; the workload label of mutual TLS; and the
+//! virtual host domains Istio lists for a service.
 
 use pilotfish_mesh::model::Service;
 
@@ -13,6 +15,15 @@ pub const VIRTUAL_OUTBOUND: &str = "virtualOutbound";
 pub const VIRTUAL_INBOUND: &str = "virtualInbound";
 pub const VIRTUAL_OUTBOUND_PORT: u32 = 15001;
 pub const VIRTUAL_INBOUND_PORT: u32 = 15006;
+/// The prefix of the listener a proxyless gRPC server asks for: Istio's bootstrap sets
+/// `server_listener_resource_name_template` to this followed by `%s`, which gRPC replaces
+/// with the `<ip>:<port>` the server binds.
+pub const SERVER_LISTENER_PREFIX: &str = "xds.istio.io/grpc/lds/inbound/";
+/// The workload label (set by Istio's injector) saying how the workload takes inbound
+/// traffic; `istio` means mutual TLS (a sidecar's, or a proxyless server's).
+pub const TLS_MODE_LABEL: &str = "security.istio.io/tlsMode";
+/// The value of [`TLS_MODE_LABEL`] for workloads taking mutual TLS.
+pub const TLS_MODE_ISTIO: &str = "istio";
 
 /// `outbound|<port>|<subset>|<fqdn>` (empty subset for the whole service).
 pub fn outbound_cluster(port: u32, subset: &str, host: &str) -> String {
@@ -54,6 +65,22 @@ pub fn sidecar_route(port: u32) -> String {
 /// route configuration for a service with listeners of its own.
 pub fn host_port(host: &str, port: u32) -> String {
     format!("{host}:{port}")
+}
+
+/// Splits the `<host>:<port>` of a proxyless server's listener name (IPv6 hosts in
+/// brackets, returned without them), as Go's `net.SplitHostPort` reads it.
+pub fn parse_server_listener(name: &str) -> Option<(&str, u32)> {
+    let address = name.strip_prefix(SERVER_LISTENER_PREFIX)?;
+    let (host, port) = address.rsplit_once(':')?;
+    let host = match host.strip_prefix('[') {
+        Some(v6) => v6.strip_suffix(']')?,
+        None if host.contains(':') => return None,
+        None => host,
+    };
+    if host.contains(['[', ']']) || port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((host, port.parse().ok()?))
 }
 
 /// Splits `<fqdn>:<port>`.
@@ -135,6 +162,32 @@ mod tests {
             creation_ms: 0,
             subject_alt_names: Vec::new(),
         }
+    }
+
+    #[test]
+    fn server_listener_names_split_as_go_does() {
+        let p = |a: &str| {
+            parse_server_listener(&format!("{SERVER_LISTENER_PREFIX}{a}"))
+                .map(|(host, port)| (host.to_string(), port))
+        };
+        assert_eq!(p("0.0.0.0:8080"), Some(("0.0.0.0".into(), 8080)));
+        assert_eq!(p("[::]:8080"), Some(("::".into(), 8080)));
+        assert_eq!(p("[fd00::1]:50051"), Some(("fd00::1".into(), 50051)));
+        for bad in [
+            "::1:8080",
+            "10.0.0.1",
+            "10.0.0.1:",
+            "10.0.0.1:x",
+            "[::1:80",
+            "a]:80",
+        ] {
+            assert_eq!(p(bad), None, "{bad}");
+        }
+        assert_eq!(
+            parse_server_listener("reviews:9080"),
+            None,
+            "not a server listener"
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use pilotfish_mesh::api::{Labels, SimpleLb};
 use pilotfish_mesh::model::{Protocol, Proxy, Resolution, Service, ServiceOrigin, ServicePort};
-use pilotfish_mesh::push_context::sidecar::SidecarScope;
+use pilotfish_mesh::push_context::sidecar::{EgressScope, SidecarScope};
 use pilotfish_mesh::push_context::{EffectiveDestinationRule, PushContext};
 
 use super::findings::{Downgrade, Finding};
@@ -57,6 +57,10 @@ pub struct OutboundPlan {
     pub clusters: Vec<ClusterPlan>,
     by_name: HashMap<String, usize>,
     pub sidecar: Arc<SidecarScope>,
+    /// Whole-service clusters as the listeners see them where a Sidecar egress listener
+    /// with a port names a protocol other than the service port's (Istio builds that
+    /// port's listeners for the listener's protocol; the cluster keeps the service's).
+    listener_views: HashMap<String, ClusterPlan>,
 }
 
 impl OutboundPlan {
@@ -78,11 +82,35 @@ impl OutboundPlan {
             .enumerate()
             .map(|(i, c)| (c.name.clone(), i))
             .collect();
+        let mut listener_views = HashMap::new();
+        for c in clusters.iter().filter(|c| c.subset.is_empty()) {
+            let protocol = sidecar
+                .listener_for_port(c.port.port)
+                .filter(|l| {
+                    l.port.is_some_and(|p| p != 0)
+                        && !l.has_own_address()
+                        && l.imports_service(&c.service.hostname)
+                })
+                .and_then(|l| l.protocol.as_deref())
+                .and_then(Protocol::from_istio_name);
+            if let Some(protocol) = protocol.filter(|p| *p != c.port.protocol) {
+                let mut view = c.clone();
+                view.port.protocol = protocol;
+                listener_views.insert(c.name.clone(), view);
+            }
+        }
         OutboundPlan {
             clusters,
             by_name,
             sidecar,
+            listener_views,
         }
+    }
+
+    /// A whole-service cluster as the outbound listeners and routes see it (see
+    /// `listener_views`).
+    pub fn listener_view<'a>(&'a self, c: &'a ClusterPlan) -> &'a ClusterPlan {
+        self.listener_views.get(&c.name).unwrap_or(c)
     }
 }
 
@@ -175,24 +203,52 @@ impl OutboundPort<'_> {
 /// shared. ServiceEntry addresses are not used for listeners: clients commonly reach those
 /// hosts at addresses DNS gives them, so they are routed by Host, as Istio routes every
 /// HTTP service.
+///
+/// Under a Sidecar, a port carries the services of the egress listener that claims it
+/// (Istio's `GetEgressListenerForRDS`: the first listener on that port, else the
+/// catch-all), those its hosts import (a VirtualService's destinations get clusters, not
+/// listeners); a port whose listener has an address of its own (`bind`, `captureMode:
+/// NONE`) is left to [`bound_listeners`].
 pub fn outbound_ports(plan: &OutboundPlan) -> BTreeMap<u32, OutboundPort<'_>> {
-    let mut by_port: BTreeMap<u32, Vec<&ClusterPlan>> = BTreeMap::new();
+    let sidecar = &plan.sidecar;
+    // (cluster, whether it may only have listeners of its own on its virtual IPs)
+    let mut by_port: BTreeMap<u32, Vec<(&ClusterPlan, bool)>> = BTreeMap::new();
     for c in plan.clusters.iter().filter(|c| c.subset.is_empty()) {
-        by_port.entry(c.port.port).or_default().push(c);
+        let c = plan.listener_view(c);
+        let mut vip_only = false;
+        if sidecar.is_scoped() {
+            let host = &c.service.hostname;
+            let port = sidecar.listener_for_port(c.port.port);
+            let claimed = port.is_some_and(|l| !l.has_own_address() && l.imports_service(host));
+            // Istio's listener map locks the shared `0.0.0.0_<port>` a listener with a
+            // port built, but not a virtual IP's: the catch-all's TCP services keep those.
+            vip_only = !claimed
+                && !c.port.protocol.is_http()
+                && port.is_some_and(|l| l.port.is_some())
+                && sidecar
+                    .catch_all()
+                    .is_some_and(|l| !l.has_own_address() && l.imports_service(host));
+            if !claimed && !vip_only {
+                continue;
+            }
+        }
+        by_port.entry(c.port.port).or_default().push((c, vip_only));
     }
     by_port
         .into_iter()
         .map(|(port, mut services)| {
-            services.sort_by(|a, b| a.service.hostname.cmp(&b.service.hostname));
+            services.sort_by(|a, b| a.0.service.hostname.cmp(&b.0.service.hostname));
             let mut claimed: HashSet<&str> = HashSet::new();
             let mut out = OutboundPort::default();
-            for c in services {
+            for (c, vip_only) in services {
                 let ips: Vec<String> = own_listener_ips(&c.service)
                     .filter(|ip| claimed.insert(ip))
                     .map(str::to_string)
                     .collect();
                 if ips.is_empty() {
-                    out.shared.push(c);
+                    if !vip_only {
+                        out.shared.push(c);
+                    }
                 } else {
                     out.own_listeners.push((c, ips));
                 }
@@ -200,6 +256,122 @@ pub fn outbound_ports(plan: &OutboundPlan) -> BTreeMap<u32, OutboundPort<'_>> {
             (port, out)
         })
         .collect()
+}
+
+/// An outbound listener of a Sidecar egress listener with an address of its own (Istio's
+/// `buildSidecarOutboundListeners` with a `bind` or `captureMode: NONE`): one per port the
+/// egress listener claims (a Unix domain socket: one for all), carrying every service
+/// its hosts import on that port, routed by Host (HTTP) or by address/SNI (TCP).
+#[derive(Debug)]
+pub struct BoundListener<'a> {
+    /// `<address>_<port>` (Istio's `getListenerName`).
+    pub name: String,
+    /// The `bind` (an IP or `unix://path`), else `127.0.0.1` (Istio's local host).
+    pub address: String,
+    /// The listener port; 0 on a Unix domain socket.
+    pub port: u32,
+    /// Whether the listener binds its address (`captureMode: NONE`, a Unix socket); a
+    /// `bind` alone is reached through `virtualOutbound`'s hand-off, as Istio.
+    pub binds: bool,
+    /// The route configuration of its HTTP connection manager: the port (`"<port>"`, as
+    /// Istio names it) or, on a Unix socket, the `bind`.
+    pub route_name: String,
+    /// Its services' whole-service clusters, as the listener sees them: with the egress
+    /// listener's protocol when it names one (Istio builds the listener for that
+    /// protocol), and TCP ones without their addresses (a listener with its own address
+    /// takes every connection, Istio matches no destination range there).
+    pub clusters: Vec<ClusterPlan>,
+    pub listener: &'a EgressScope,
+}
+
+impl BoundListener<'_> {
+    /// Its clusters as a port's services, all reached through this one listener.
+    pub fn services(&self) -> OutboundPort<'_> {
+        OutboundPort {
+            own_listeners: Vec::new(),
+            shared: self.clusters.iter().collect(),
+        }
+    }
+}
+
+/// The [`BoundListener`]s of a plan, in the Sidecar's listener order (an address and
+/// port claimed twice stays with the first, as Istio's listener map keeps it).
+pub fn bound_listeners(plan: &OutboundPlan) -> Vec<BoundListener<'_>> {
+    let sidecar = &plan.sidecar;
+    let mut out: Vec<BoundListener<'_>> = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    for l in sidecar.egress_listeners() {
+        if !l.has_own_address() {
+            continue;
+        }
+        let address = l.bind.clone().unwrap_or_else(|| "127.0.0.1".to_string());
+        let services = |port: Option<u32>| -> Vec<&ClusterPlan> {
+            let mut found: Vec<&ClusterPlan> = plan
+                .clusters
+                .iter()
+                .filter(|c| c.subset.is_empty() && l.imports_service(&c.service.hostname))
+                .filter(|c| port.is_none_or(|p| c.port.port == p))
+                .collect();
+            found.sort_by(|a, b| {
+                (&a.service.hostname, a.port.port).cmp(&(&b.service.hostname, b.port.port))
+            });
+            found
+        };
+        let mut ports: Vec<(u32, Vec<&ClusterPlan>)> = match l.port {
+            Some(0) => vec![(0, services(None))],
+            Some(port) => vec![(port, services(Some(port)))],
+            None => {
+                let mut by_port: BTreeMap<u32, Vec<&ClusterPlan>> = BTreeMap::new();
+                for c in services(None) {
+                    by_port.entry(c.port.port).or_default().push(c);
+                }
+                by_port.into_iter().collect()
+            }
+        };
+        ports.retain(|(port, _)| {
+            *port == 0
+                || sidecar
+                    .listener_for_port(*port)
+                    .is_some_and(|c| std::ptr::eq(c, l))
+        });
+        let protocol = l.protocol.as_deref().and_then(Protocol::from_istio_name);
+        for (port, shared) in ports {
+            let name = format!("{address}_{port}");
+            if !seen.insert(name.clone()) {
+                continue;
+            }
+            let clusters = shared
+                .into_iter()
+                .map(|c| {
+                    let mut c = c.clone();
+                    if let Some(p) = protocol {
+                        c.port.protocol = p;
+                    }
+                    if !c.port.protocol.is_http() && !c.service.addresses.is_empty() {
+                        c.service = Arc::new(Service {
+                            addresses: Vec::new(),
+                            ..(*c.service).clone()
+                        });
+                    }
+                    c
+                })
+                .collect();
+            out.push(BoundListener {
+                name,
+                address: address.clone(),
+                port,
+                binds: l.binds(),
+                route_name: if port == 0 {
+                    address.clone()
+                } else {
+                    port.to_string()
+                },
+                clusters,
+                listener: l,
+            });
+        }
+    }
+    out
 }
 
 /// The addresses a service may get its own listeners on: the IPs (not CIDRs) of a

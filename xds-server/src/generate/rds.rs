@@ -24,12 +24,13 @@ use envoy_types::pb::envoy::config::route::v3::{Route, RouteConfiguration, Virtu
 use pilotfish_mesh::api::HttpRoute;
 use pilotfish_mesh::mesh_config::OutboundTrafficPolicy;
 use pilotfish_mesh::model::{Proxy, Service};
+use pilotfish_mesh::push_context::sidecar::EgressScope;
 use pilotfish_mesh::push_context::{PushContext, VirtualServiceConfig};
 
 use super::findings::Finding;
 use super::lds::unknown_destination_cluster;
 use super::names;
-use super::plan::{ClusterPlan, OutboundPlan, outbound_ports};
+use super::plan::{ClusterPlan, OutboundPlan, bound_listeners, outbound_ports};
 use super::route::{RouteEnv, catch_all_route, default_route, http_route};
 use super::scope::Flavor;
 use super::util::bool_value;
@@ -44,17 +45,19 @@ pub fn sidecar_route_configs(
     reused: &dyn Fn(&str) -> bool,
     findings: &mut Vec<Finding>,
 ) -> Vec<RouteConfiguration> {
-    let vs_only_hosts = virtual_service_only_hosts(push, plan);
     let mut out = Vec::new();
     for (port, services) in outbound_ports(plan) {
         if !services.has_http() {
             continue;
         }
+        let egress = plan.sidecar.listener_for_port(port);
+        let vs_only_hosts = virtual_service_only_hosts(push, plan, egress);
         let env = RouteEnv {
             push,
             proxy,
             plan,
             port,
+            egress,
         };
         for (c, _) in services
             .own_listeners
@@ -90,6 +93,57 @@ pub fn sidecar_route_configs(
         }
         vhosts.push(fallback_vhost(plan));
         out.push(route_configuration(names::sidecar_route(port), vhosts));
+    }
+    for bound in bound_listeners(plan) {
+        let services = bound.services();
+        if !services.has_http() || reused(&bound.route_name) {
+            continue;
+        }
+        let egress = Some(bound.listener);
+        let vs_only_hosts = virtual_service_only_hosts(push, plan, egress);
+        let mut claimed = HashSet::new();
+        let mut vhosts = Vec::new();
+        for c in services.shared.iter().filter(|c| c.port.protocol.is_http()) {
+            // A Unix socket listener routes every port of its services (Istio: listener
+            // port 0), each virtual host named and matched by the service's own port.
+            let port = if bound.port == 0 {
+                c.port.port
+            } else {
+                bound.port
+            };
+            let env = RouteEnv {
+                push,
+                proxy,
+                plan,
+                port,
+                egress,
+            };
+            push_service_vhost(&env, c, &mut vhosts, &mut claimed, findings);
+        }
+        let env = RouteEnv {
+            push,
+            proxy,
+            plan,
+            port: bound.port,
+            egress,
+        };
+        for (host, vs) in &vs_only_hosts {
+            let routes = http_routes(&env, &vs.spec.http, Flavor::Sidecar, findings);
+            let mut domains = vec![host.clone()];
+            if bound.port != 0 {
+                domains.insert(0, names::host_port(host, bound.port));
+            }
+            push_vhost(
+                &mut vhosts,
+                &mut claimed,
+                names::host_port(host, bound.port),
+                domains,
+                routes,
+                findings,
+            );
+        }
+        vhosts.push(fallback_vhost(plan));
+        out.push(route_configuration(bound.route_name.clone(), vhosts));
     }
     out
 }
@@ -156,7 +210,10 @@ fn fallback_vhost(plan: &OutboundPlan) -> VirtualHost {
 
 /// A proxyless client's route configurations, one per whole-service cluster, but for
 /// those whose name `reused` accepts (the caller holds them); what translation and the
-/// proxyless pass noticed goes to `findings`.
+/// proxyless pass noticed goes to `findings`. Under a Sidecar, as Istio's gRPC generator
+/// builds them from the egress listener claiming the port, a service that listener does
+/// not import itself (one a listener with that port leaves out, or a VirtualService
+/// destination only) gets a configuration without virtual hosts: its calls fail.
 pub fn proxyless_route_configs(
     push: &PushContext,
     proxy: &Proxy,
@@ -175,10 +232,21 @@ pub fn proxyless_route_configs(
                 proxy,
                 plan,
                 port,
+                egress: plan.sidecar.listener_for_port(port),
             };
             let name = names::host_port(&c.service.hostname, port);
             let domains =
                 names::service_domains(&c.service, port, &proxy.namespace, push.cluster_domain());
+            let routed = !plan.sidecar.is_scoped()
+                || env
+                    .egress
+                    .is_some_and(|l| l.imports_service(&c.service.hostname));
+            if !routed {
+                return RouteConfiguration {
+                    name,
+                    ..Default::default()
+                };
+            }
             RouteConfiguration {
                 name: name.clone(),
                 virtual_hosts: vec![VirtualHost {
@@ -204,7 +272,7 @@ fn service_routes(
     match env
         .plan
         .sidecar
-        .virtual_service_for_host(env.push, &service.hostname)
+        .virtual_service_of(env.push, env.egress, &service.hostname)
         .filter(|vs| !vs.spec.http.is_empty())
     {
         Some(vs) => http_routes(env, &vs.spec.http, flavor, findings),
@@ -238,10 +306,11 @@ fn http_routes(
 fn virtual_service_only_hosts<'a>(
     push: &'a PushContext,
     plan: &OutboundPlan,
+    egress: Option<&EgressScope>,
 ) -> Vec<(String, &'a VirtualServiceConfig)> {
     let sidecar = &plan.sidecar;
     let mut out: BTreeMap<String, &VirtualServiceConfig> = BTreeMap::new();
-    for vs in sidecar.virtual_services(push) {
+    for vs in sidecar.virtual_services_of(push, egress) {
         if vs.spec.http.is_empty() {
             continue;
         }
@@ -249,7 +318,7 @@ fn virtual_service_only_hosts<'a>(
             if out.contains_key(host) || sidecar.service_for(push, host).is_some() {
                 continue;
             }
-            if let Some(chosen) = sidecar.virtual_service_for_host(push, host) {
+            if let Some(chosen) = sidecar.virtual_service_of(push, egress, host) {
                 out.insert(host.clone(), chosen);
             }
         }

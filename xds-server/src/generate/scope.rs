@@ -27,17 +27,22 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use pilotfish_mesh::api::{IstioIngressListener, Labels, LoadBalancerSettings, TrafficPolicy};
+use pilotfish_mesh::api::{
+    CaptureMode, ConnectionPoolSettings, IstioIngressListener, Labels, LoadBalancerSettings,
+    MtlsMode, ServerTlsSettings, SidecarSpec, TrafficPolicy,
+};
 use pilotfish_mesh::model::{
     Locality, Protocol, Proxy, ProxyGenerator, Service, TargetPort, labels_match,
 };
 use pilotfish_mesh::push_context::{
     AuthorizationPolicyConfig, EffectiveMtls, JwksOutcome, JwksSource, PeerAuthenticationConfig,
     PushContext, RequestAuthenticationConfig, SidecarConfig, WorkloadAuthorization, authz,
-    peer_authn, request_authn, sidecar::select_sidecar,
+    peer_authn, request_authn,
+    sidecar::{inbound_connection_pool, select_sidecar},
 };
 
 use super::jwt_authn::{self, ResolvedJwtRule};
+use super::names::{TLS_MODE_ISTIO, TLS_MODE_LABEL};
 
 /// The two families of output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -73,6 +78,61 @@ pub struct InboundPort {
     /// Where the inbound cluster sends the traffic (a Sidecar ingress listener's
     /// `defaultEndpoint`); `None`: to the original destination.
     pub endpoint: Option<InboundEndpoint>,
+    /// A Sidecar ingress listener's `bind`: the address its chain (or its own listener)
+    /// is named by and, when `bound`, listens on; `None`: `0.0.0.0`.
+    pub bind: Option<String>,
+    /// A Sidecar ingress listener with `captureMode: NONE`: a listener of its own bound to
+    /// `bind:port` instead of a chain in `virtualInbound` (Istio's `bindToPort`).
+    pub bound: bool,
+    /// The inbound cluster's connection pool from the Sidecar
+    /// ([`inbound_connection_pool`]); `None`: Istio's default pool.
+    pub pool: Option<Canonical<ConnectionPoolSettings>>,
+    /// A Sidecar ingress listener's `tls` (kept in the snapshot only with
+    /// `--enable-tls-on-sidecar-ingress`): the port's chain terminates it when the
+    /// workload's mutual TLS mode for the port is DISABLE.
+    pub tls: Option<Canonical<ServerTlsSettings>>,
+}
+
+/// A value of the Istio API that a scope carries, compared, ordered and hashed by its
+/// canonical JSON (the API types are not `Hash`), so equal settings share parts.
+#[derive(Clone, Debug)]
+pub struct Canonical<T> {
+    pub value: Arc<T>,
+    key: String,
+}
+
+impl<T: serde::Serialize> Canonical<T> {
+    pub fn new(value: &T) -> Self
+    where
+        T: Clone,
+    {
+        Canonical {
+            key: serde_json::to_string(value).unwrap_or_default(),
+            value: Arc::new(value.clone()),
+        }
+    }
+}
+
+impl<T> PartialEq for Canonical<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+impl<T> Eq for Canonical<T> {}
+impl<T> std::hash::Hash for Canonical<T> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.key.hash(state);
+    }
+}
+impl<T> PartialOrd for Canonical<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<T> Ord for Canonical<T> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key.cmp(&other.key)
+    }
 }
 
 /// A Sidecar ingress listener's `defaultEndpoint`, resolved for one proxy (Istio's
@@ -103,8 +163,8 @@ pub struct Scope {
     /// The proxy's values of the labels named by `failoverPriority` settings.
     pub failover_labels: Vec<(String, Option<String>)>,
     pub inbound: Vec<InboundPort>,
-    /// The mutual TLS mode of a sidecar's workload (PeerAuthentication), `None` for
-    /// proxyless clients.
+    /// The mutual TLS mode of the proxy's workload (PeerAuthentication; for a proxyless
+    /// server mapped by [`proxyless_server_mtls`]).
     pub inbound_mtls: Option<EffectiveMtls>,
     /// The JWT rules (RequestAuthentication) a sidecar's workload verifies, with their
     /// key sets; empty for proxyless clients.
@@ -139,7 +199,18 @@ impl Scope {
         };
         match part {
             Part::InboundClusters => {
-                s.inbound = self.inbound.clone();
+                // Clusters read a port's protocol, endpoint and pool, not where its chain
+                // listens nor its TLS.
+                s.inbound = self
+                    .inbound
+                    .iter()
+                    .map(|p| InboundPort {
+                        bind: None,
+                        bound: false,
+                        tls: None,
+                        ..p.clone()
+                    })
+                    .collect();
             }
             Part::InboundListener => {
                 s.inbound = self.inbound.clone();
@@ -453,13 +524,22 @@ impl ScopeIndex {
         );
         let (inbound, inbound_mtls) = match flavor {
             Flavor::Sidecar => {
-                let ports = match sidecar.map(|i| &self.sidecars[i].spec.ingress) {
-                    Some(ingress) if !ingress.is_empty() => ingress_ports(ingress, proxy),
+                let spec = sidecar.map(|i| &self.sidecars[i].spec);
+                let mut ports = match spec {
+                    Some(spec) if !spec.ingress.is_empty() => ingress_ports(&spec.ingress, proxy),
                     _ => self.inbound_ports(proxy),
                 };
+                if let Some(spec) = spec {
+                    with_sidecar_pools(&mut ports, spec);
+                }
                 (ports, Some(self.mtls(proxy)))
             }
-            Flavor::Proxyless => (Vec::new(), None),
+            // A proxyless gRPC server: its ports and their modes as Istio's grpcgen maps
+            // them (gRPC cannot do PERMISSIVE).
+            Flavor::Proxyless => (
+                self.inbound_ports(proxy),
+                Some(proxyless_server_mtls(self.mtls(proxy), &proxy.labels)),
+            ),
         };
         let inbound_jwt = match flavor {
             Flavor::Sidecar => {
@@ -573,8 +653,37 @@ impl ScopeIndex {
                 port,
                 protocol,
                 endpoint: None,
+                bind: None,
+                bound: false,
+                pool: None,
+                tls: None,
             })
             .collect()
+    }
+}
+
+/// A proxyless gRPC server's modes, from its workload's PeerAuthentication modes as
+/// Istio's grpcgen maps them: gRPC's filter chain match cannot tell TLS from plaintext (no
+/// listener filters), so there is no PERMISSIVE. A PERMISSIVE port is STRICT when the
+/// workload carries `security.istio.io/tlsMode: istio` (clients with auto-mTLS will use
+/// mTLS to it), else DISABLE (plaintext).
+pub fn proxyless_server_mtls(
+    effective: EffectiveMtls,
+    labels: &BTreeMap<String, String>,
+) -> EffectiveMtls {
+    let auto_mtls_label = labels.get(TLS_MODE_LABEL).map(String::as_str) == Some(TLS_MODE_ISTIO);
+    let map = |mode: MtlsMode| match mode {
+        MtlsMode::Strict => MtlsMode::Strict,
+        MtlsMode::Permissive if auto_mtls_label => MtlsMode::Strict,
+        MtlsMode::Permissive | MtlsMode::Disable | MtlsMode::Unset => MtlsMode::Disable,
+    };
+    EffectiveMtls {
+        mode: map(effective.mode),
+        per_port: effective
+            .per_port
+            .into_iter()
+            .map(|(port, mode)| (port, map(mode)))
+            .collect(),
     }
 }
 
@@ -641,13 +750,58 @@ fn ingress_ports(ingress: &[IstioIngressListener], proxy: &Proxy) -> Vec<Inbound
             .as_deref()
             .filter(|e| !e.is_empty())
             .and_then(|e| default_endpoint(e, proxy));
+        // Istio's `getBindToPort` for a proxy that redirects (Pilotfish does not read a
+        // proxy-level `INTERCEPTION_MODE`): only an explicit NONE binds.
+        let bound = listener.capture_mode == Some(CaptureMode::None);
+        // A bound listener without `bind` listens on the proxy's own (global unicast) IP,
+        // else the wildcard (Istio's `getSidecarInboundBindIPs`); an unbound one's chain
+        // keeps the `0.0.0.0_<port>` name of every other inbound chain.
+        let bind = listener
+            .bind
+            .clone()
+            .filter(|b| !b.is_empty())
+            .or_else(|| bound.then(|| own_inbound_ip(proxy)));
         out.entry(port).or_insert(InboundPort {
             port,
             protocol,
             endpoint,
+            bind,
+            bound,
+            pool: None,
+            tls: listener.tls.as_ref().map(Canonical::new),
         });
     }
     out.into_values().collect()
+}
+
+/// The proxy's first global unicast IP (not loopback, link-local, multicast or
+/// unspecified), else `0.0.0.0`.
+fn own_inbound_ip(proxy: &Proxy) -> String {
+    proxy
+        .ips
+        .iter()
+        .find(|ip| match ip {
+            std::net::IpAddr::V4(v4) => {
+                !(v4.is_loopback()
+                    || v4.is_link_local()
+                    || v4.is_multicast()
+                    || v4.is_unspecified())
+            }
+            std::net::IpAddr::V6(v6) => {
+                !(v6.is_loopback()
+                    || v6.is_multicast()
+                    || v6.is_unspecified()
+                    || v6.is_unicast_link_local())
+            }
+        })
+        .map_or_else(|| "0.0.0.0".to_string(), |ip| ip.to_string())
+}
+
+/// Sets each inbound port's connection pool from the Sidecar that applies.
+fn with_sidecar_pools(ports: &mut [InboundPort], spec: &SidecarSpec) {
+    for p in ports {
+        p.pool = inbound_connection_pool(spec, p.port).map(Canonical::new);
+    }
 }
 
 /// Resolves a validated `defaultEndpoint` for `proxy`.
@@ -795,6 +949,94 @@ spec:
     }
 
     #[test]
+    fn sidecar_ingress_settings_split_only_the_parts_that_read_them() {
+        let mesh = format!(
+            "{MESH}---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {{name: web, namespace: shop}}
+spec:
+  workloadSelector: {{labels: {{app: web}}}}
+  inboundConnectionPool: {{tcp: {{maxConnections: 5}}}}
+  ingress:
+  - port: {{number: 9080, protocol: HTTP, name: http}}
+    captureMode: NONE
+    defaultEndpoint: 127.0.0.1:8080
+"
+        );
+        let parsed = parse_text(std::path::Path::new("t.yaml"), &mesh);
+        assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+        let inputs = to_inputs(
+            &parsed.objects,
+            BuildInputs {
+                cluster_domain: "cluster.local".into(),
+                ..Default::default()
+            },
+        );
+        let index = ScopeIndex::new(&build(&inputs, None).context);
+        let at = |ip: &str| {
+            index.scope(&Proxy {
+                ips: vec![ip.parse().unwrap()],
+                ..proxy(&[("app", "web")])
+            })
+        };
+        let (a, b) = (at("10.0.0.1"), at("10.0.0.2"));
+        assert_eq!(a.inbound[0].bind.as_deref(), Some("10.0.0.1"));
+        assert!(a.inbound[0].bound);
+        assert!(
+            a.inbound[0].pool.is_some(),
+            "inboundConnectionPool for the port"
+        );
+        assert_ne!(
+            a.for_part(Part::InboundListener),
+            b.for_part(Part::InboundListener),
+            "a bound listener without bind listens on the proxy's own IP"
+        );
+        assert_eq!(
+            a.for_part(Part::InboundClusters),
+            b.for_part(Part::InboundClusters),
+            "the clusters do not read where the listener binds"
+        );
+        let other = index.scope(&proxy(&[("app", "worker")]));
+        assert_ne!(
+            a.for_part(Part::InboundClusters),
+            other.for_part(Part::InboundClusters)
+        );
+    }
+
+    #[test]
+    fn a_proxyless_server_maps_permissive_as_istios_grpcgen() {
+        let effective = EffectiveMtls {
+            mode: MtlsMode::Permissive,
+            per_port: [
+                (1, MtlsMode::Strict),
+                (2, MtlsMode::Disable),
+                (3, MtlsMode::Permissive),
+            ]
+            .into(),
+        };
+        let plain = proxyless_server_mtls(effective.clone(), &BTreeMap::new());
+        assert_eq!(plain.mode, MtlsMode::Disable, "PERMISSIVE: plaintext");
+        assert_eq!(
+            plain.per_port.values().copied().collect::<Vec<_>>(),
+            [MtlsMode::Strict, MtlsMode::Disable, MtlsMode::Disable]
+        );
+        let labelled = proxyless_server_mtls(
+            effective,
+            &[(TLS_MODE_LABEL.to_string(), TLS_MODE_ISTIO.to_string())].into(),
+        );
+        assert_eq!(
+            labelled.mode,
+            MtlsMode::Strict,
+            "PERMISSIVE with the auto-mTLS label: STRICT"
+        );
+        assert_eq!(
+            labelled.per_port.values().copied().collect::<Vec<_>>(),
+            [MtlsMode::Strict, MtlsMode::Disable, MtlsMode::Strict]
+        );
+    }
+
+    #[test]
     fn inbound_ports_are_the_selecting_services_target_ports() {
         let index = index();
         let web = index.scope(&proxy(&[("app", "web")]));
@@ -804,6 +1046,10 @@ spec:
                 port: 8080,
                 protocol: Protocol::Http,
                 endpoint: None,
+                bind: None,
+                bound: false,
+                pool: None,
+                tls: None,
             }],
             "target port, and no UDP"
         );
@@ -812,9 +1058,15 @@ spec:
             generator: ProxyGenerator::Grpc,
             ..proxy(&[("app", "web")])
         };
-        assert!(
-            index.scope(&grpc).inbound.is_empty(),
-            "proxyless clients have no inbound side"
+        assert_eq!(
+            index.scope(&grpc).inbound,
+            web.inbound,
+            "a proxyless server serves the same ports"
+        );
+        assert_eq!(
+            index.scope(&grpc).inbound_mtls.unwrap().mode,
+            MtlsMode::Disable,
+            "no policy: PERMISSIVE, which a proxyless server serves as plaintext"
         );
     }
 }

@@ -58,7 +58,7 @@ use super::rbac;
 use super::sanitize::{sanitize_listeners, sanitize_routes};
 use super::scope::{Flavor, Part, Scope, ScopeIndex};
 use super::util::resource_any;
-use super::{cds, eds, lds, names, rds};
+use super::{cds, eds, lds, names, proxyless_inbound, rds};
 
 /// A concurrent map of lazily computed values; one computation per key. It holds at most
 /// `capacity` values: past that, the least recently used computed value is forgotten
@@ -251,6 +251,9 @@ pub struct GeneratedSnapshot {
     /// Held weakly: alive while parts of the scope are being generated.
     plans: Mutex<HashMap<Scope, Weak<OutboundPlan>>>,
     parts: Cache<(Part, Scope), Arc<ResourceMap>>,
+    /// Proxyless servers' listeners by (projected scope, names asked for): they exist only
+    /// when named ([`XdsSnapshot::named_parts`]).
+    server_listeners: Cache<(Scope, Vec<String>), Arc<ResourceMap>>,
     generations: AtomicU64,
     base: Option<Base>,
     /// Resources generated (encoded) per part, and parts or resources taken from `base`.
@@ -300,6 +303,7 @@ impl GeneratedSnapshot {
             index,
             plans: Mutex::new(HashMap::new()),
             parts: Cache::new(PART_CACHE_CAPACITY),
+            server_listeners: Cache::new(PART_CACHE_CAPACITY),
             generations: AtomicU64::new(0),
             base: None,
             generated_resources: Default::default(),
@@ -659,14 +663,21 @@ impl GeneratedSnapshot {
                     &self.index.workload_authorization(&scope.authz),
                     trust_domain,
                 );
-                let listener = lds::sidecar_inbound_listener(
+                let mut listeners = vec![lds::sidecar_inbound_listener(
                     &scope.inbound,
                     &mtls,
                     &scope.inbound_jwt,
                     trust_domain,
                     &rbac,
-                );
-                encode(vec![listener], |l| &l.name)
+                )];
+                listeners.extend(lds::bound_inbound_listeners(
+                    &scope.inbound,
+                    &mtls,
+                    &scope.inbound_jwt,
+                    trust_domain,
+                    &rbac,
+                ));
+                encode(listeners, |l| &l.name)
             }
             Part::Routes => {
                 let plan = self.plan(proxy, scope);
@@ -843,6 +854,52 @@ impl XdsSnapshot for GeneratedSnapshot {
     /// Straight from the cached parts: every proxy of a scope gets the same `Arc`s.
     fn parts(&self, proxy: &Proxy, kind: XdsType) -> Vec<Arc<ResourceMap>> {
         self.parts_of(proxy, kind)
+    }
+
+    /// A proxyless gRPC server's listeners (`xds.istio.io/grpc/lds/inbound/<ip>:<port>`),
+    /// generated per (scope, names asked for); nothing for anything else.
+    fn named_parts(
+        &self,
+        proxy: &Proxy,
+        xds_type: XdsType,
+        requested: &mut dyn Iterator<Item = &str>,
+    ) -> Vec<Arc<ResourceMap>> {
+        if xds_type != XdsType::Listener
+            || Flavor::of(proxy) != Flavor::Proxyless
+            || proxy.proxy_type == ProxyType::Router
+        {
+            return Vec::new();
+        }
+        let asked: Vec<String> = requested
+            .filter(|n| n.starts_with(names::SERVER_LISTENER_PREFIX))
+            .map(str::to_string)
+            .collect();
+        if asked.is_empty() {
+            return Vec::new();
+        }
+        // The projection holds the workload's ports, their modes and the indexes of the
+        // AuthorizationPolicies that apply: all the listeners read.
+        let scope = self.index.scope(proxy).for_part(Part::InboundListener);
+        let part = self
+            .server_listeners
+            .get_or_init((scope.clone(), asked.clone()), || {
+                self.generations.fetch_add(1, Ordering::Relaxed);
+                GENERATIONS.with_label_values(&["server_listeners"]).inc();
+                let ports: Vec<u32> = scope.inbound.iter().map(|p| p.port).collect();
+                let mtls = scope.inbound_mtls.clone().unwrap_or_default();
+                let rbac = rbac::proxyless_http_filters(
+                    &self.index.workload_authorization(&scope.authz),
+                    &self.push.mesh().trust_domain,
+                );
+                let listeners = proxyless_inbound::server_listeners(
+                    asked.iter().map(String::as_str),
+                    &ports,
+                    &mtls,
+                    &rbac,
+                );
+                shared_part(encode(listeners, |l| &l.name))
+            });
+        vec![part]
     }
 
     fn change_since(&self, previous: u64) -> ChangeKind {

@@ -11,8 +11,10 @@
 //!
 //! Proxyless gRPC reads certificates through certificate-provider instances of its
 //! bootstrap and rejects SDS, so `ISTIO_MUTUAL` becomes provider instance `default`
-//! (certificates `default` and `ROOTCA`); `SIMPLE`/`MUTUAL` get no TLS (plaintext, as
-//! Istio's grpcgen leaves them), with a downgrade finding.
+//! (certificates `default` and `ROOTCA`, [`proxyless_common_tls`], also the context of a
+//! proxyless server's mTLS chain) with the destination's identities in
+//! `match_subject_alt_names`; `SIMPLE`/`MUTUAL` get no TLS (plaintext, as Istio's grpcgen
+//! leaves them), with a downgrade finding.
 
 use envoy_types::pb::envoy::config::core::v3::{
     ApiConfigSource, ApiVersion, ConfigSource, DataSource, GrpcService, TransportSocket,
@@ -202,15 +204,7 @@ fn proxyless_context(
     match tls.mode? {
         TlsMode::Disable => None,
         TlsMode::IstioMutual => Some(UpstreamTlsContext {
-            common_tls_context: Some(CommonTlsContext {
-                tls_certificate_provider_instance: Some(provider_instance("default")),
-                validation_context_type: Some(
-                    common_tls_context::ValidationContextType::ValidationContext(
-                        proxyless_validation(&tls.subject_alt_names),
-                    ),
-                ),
-                ..Default::default()
-            }),
+            common_tls_context: Some(proxyless_common_tls(&tls.subject_alt_names)),
             ..Default::default()
         }),
         TlsMode::Simple | TlsMode::Mutual => {
@@ -221,6 +215,25 @@ fn proxyless_context(
             )));
             None
         }
+    }
+}
+
+/// The TLS context of a proxyless client's `ISTIO_MUTUAL` cluster and of a proxyless
+/// server's mTLS filter chain (Istio's `buildCommonTLSContext`): the workload certificate
+/// and the root from the bootstrap's certificate-provider instance `default`
+/// (certificates `default` and `ROOTCA`), peers verified against `sans` (a server passes
+/// none: gRPC refuses SAN matching on servers). Only the current provider fields (gRPC ≥
+/// 1.66): Istio also sends the deprecated ones in a combined validation context without
+/// an SDS secret, which Envoy's own validation rejects.
+pub fn proxyless_common_tls(sans: &[String]) -> CommonTlsContext {
+    CommonTlsContext {
+        tls_certificate_provider_instance: Some(provider_instance("default")),
+        validation_context_type: Some(
+            common_tls_context::ValidationContextType::ValidationContext(proxyless_validation(
+                sans,
+            )),
+        ),
+        ..Default::default()
     }
 }
 

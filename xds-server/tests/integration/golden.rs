@@ -1,6 +1,7 @@
 //! Golden files of the generators: for each case under `tests/golden/<case>/` (input
-//! `input.yaml`, optional `mesh.yaml`, optional `jwks.json` — the key sets the controller's
-//! resolver fetched, or why it could not; the bookinfo case reads `examples/bookinfo/`), the
+//! `input.yaml`, optional `mesh.yaml` and `flags` (server switches, one a line), optional
+//! `jwks.json` — the key sets the controller's resolver fetched, or why it could not; the
+//! bookinfo case reads `examples/bookinfo/`), the
 //! CDS, EDS, LDS and RDS a sidecar and a proxyless client receive, as proto JSON in
 //! `<node>.<type>.json`. `UPDATE_GOLDEN=1` rewrites them; review the diff.
 //!
@@ -35,7 +36,7 @@ use pilotfish_mesh::document::{MeshObject, parse_text, to_inputs};
 use pilotfish_mesh::mesh_config::MeshConfig;
 use pilotfish_mesh::model::{Proxy, ProxyGenerator};
 use pilotfish_mesh::push_context::{BuildInputs, JwksOutcome, JwksSource, build};
-use pilotfish_xds::ads::{ChangeKind, XdsType};
+use pilotfish_xds::ads::{ChangeKind, Resource, XdsSnapshot, XdsType};
 use pilotfish_xds::generate::{GeneratedSnapshot, check_view, resources_json, view_of};
 use prost::{Message, Name};
 
@@ -85,12 +86,73 @@ const CASES: &[(&str, Option<&str>, &str)] = &[
     ("jwt-jwks-uri", None, "client"),
     ("jwt-selection", None, "client"),
     ("jwt-authz", None, "client"),
+    ("sidecar-inbound-pool", None, "client"),
+    ("sidecar-ingress-bind", None, "client"),
+    ("sidecar-egress-routes", None, "client"),
+    ("sidecar-egress-bind", None, "client"),
+    ("sidecar-ingress-tls", None, "client"),
+    ("proxyless-server", None, "greeter"),
     ("authz-allow", None, "client"),
     ("authz-deny", None, "client"),
     ("authz-audit-dry-run", None, "client"),
     ("authz-scopes", None, "client"),
     ("authz-custom", None, "client"),
 ];
+
+/// Cases whose golden node also runs as a proxyless gRPC server: its listeners
+/// (`xds.istio.io/grpc/lds/inbound/<ip>:<port>`, asked for by name) go to
+/// `proxyless-server.lds.json`.
+const SERVER_CASES: &[&str] = &[
+    "mtls-strict",
+    "mtls-disable",
+    "mtls-port-level",
+    "proxyless-server",
+];
+
+/// The case's sidecar node as a proxyless gRPC server: same workload (labels, IPs).
+fn proxyless_server(sidecar: &Proxy) -> Proxy {
+    Proxy {
+        id: format!("proxyless-server~{}", sidecar.namespace),
+        generator: ProxyGenerator::Grpc,
+        ..sidecar.clone()
+    }
+}
+
+/// The listeners `server` gets when it asks, as a gRPC server does, for each of its
+/// inbound ports at its IP, for the first one at `[::]` as well, and for a port it does
+/// not serve (which does not exist).
+fn server_listeners(snapshot: &GeneratedSnapshot, server: &Proxy) -> Vec<Arc<Resource>> {
+    let ip = server
+        .ips
+        .first()
+        .map(|ip| ip.to_string())
+        .unwrap_or_else(|| "0.0.0.0".into());
+    let ports: Vec<u32> = snapshot
+        .scope(server)
+        .inbound
+        .iter()
+        .map(|p| p.port)
+        .collect();
+    let mut names: std::collections::BTreeSet<String> = ports
+        .iter()
+        .map(|p| format!("xds.istio.io/grpc/lds/inbound/{ip}:{p}"))
+        .collect();
+    if let Some(first) = ports.first() {
+        names.insert(format!("xds.istio.io/grpc/lds/inbound/[::]:{first}"));
+    }
+    names.insert(format!("xds.istio.io/grpc/lds/inbound/{ip}:1"));
+    let listeners = snapshot.resources(server, XdsType::Listener.type_url(), Some(&names));
+    assert!(
+        !listeners.iter().any(|l| l.name.ends_with(":1")),
+        "a port the workload does not serve has no listener"
+    );
+    let wildcard = snapshot.all(server, XdsType::Listener);
+    assert!(
+        !wildcard.keys().any(|n| n.starts_with("xds.istio.io/")),
+        "a wildcard never lists server listeners"
+    );
+    listeners
+}
 
 const TYPES: [(XdsType, &str); 4] = [
     (XdsType::Cluster, "cds"),
@@ -189,12 +251,16 @@ pub fn case_snapshot(
     node_pod: &str,
 ) -> (GeneratedSnapshot, Proxy, Proxy) {
     let (objects, mesh) = load(case, source);
+    // A case's `flags` file names the server switches it runs with, one a line.
+    let flags = std::fs::read_to_string(golden_dir(case).join("flags")).unwrap_or_default();
+    let flag = |name: &str| flags.lines().any(|l| l.trim() == name);
     let inputs = to_inputs(
         &objects,
         BuildInputs {
             mesh,
             cluster_domain: "cluster.local".into(),
             jwks: resolved_jwks(case),
+            enable_tls_on_sidecar_ingress: flag("enable-tls-on-sidecar-ingress"),
             ..Default::default()
         },
     );
@@ -315,6 +381,36 @@ fn golden_files_match_and_pass_envoy_validation() {
                 }
             }
             write_responses(&pb_dir.path().join(case).join(node_name), &snapshot, proxy);
+        }
+        if SERVER_CASES.contains(case) {
+            let server = proxyless_server(&sidecar);
+            let listeners = server_listeners(&snapshot, &server);
+            let json = serde_json::Value::Array(
+                listeners
+                    .iter()
+                    .map(|r| pilotfish_xds::generate::resource_json(r).expect("proto JSON"))
+                    .collect(),
+            );
+            let file = golden_dir(case).join("proxyless-server.lds.json");
+            let actual = pretty(&json);
+            if update {
+                std::fs::write(&file, &actual).expect("write golden");
+            } else if std::fs::read_to_string(&file).unwrap_or_default() != actual {
+                mismatches.push(file.display().to_string());
+            }
+            let response = DiscoveryResponse {
+                type_url: XdsType::Listener.type_url().to_string(),
+                resources: listeners
+                    .iter()
+                    .map(|r| Any {
+                        type_url: r.body.type_url.clone(),
+                        value: r.body.value.clone(),
+                    })
+                    .collect(),
+                ..Default::default()
+            };
+            let pb = pb_dir.path().join(case).join("proxyless-server.lds.pb");
+            std::fs::write(&pb, response.encode_to_vec()).expect("write response");
         }
     }
     assert!(

@@ -22,7 +22,7 @@ pub use destination_rule::validate_destination_rule;
 pub use peer_authentication::validate_peer_authentication;
 pub use request_authentication::validate_request_authentication;
 pub use service_entry::validate_service_entry;
-pub use sidecar::validate_sidecar;
+pub use sidecar::{is_valid_cipher_suite, validate_sidecar};
 pub use virtual_service::validate_virtual_service;
 
 use crate::config::ConfigError;

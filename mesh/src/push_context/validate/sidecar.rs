@@ -44,6 +44,13 @@ const VALID_CIPHER_SUITES: [&str; 15] = [
     "DES-CBC3-SHA",
 ];
 
+/// Whether Istio accepts a cipher suite name (`IsValidCipherSuite`): empty, `ALL`, an
+/// OpenSSL operator expression, or a known suite.
+pub fn is_valid_cipher_suite(suite: &str) -> bool {
+    let operator = suite.chars().next().is_some_and(|c| !c.is_alphanumeric());
+    suite.is_empty() || suite == "ALL" || operator || VALID_CIPHER_SUITES.contains(&suite)
+}
+
 /// Validates one Sidecar.
 pub fn validate_sidecar(sc: &Sidecar) -> Validated<SidecarSpec> {
     let namespace = namespace_of(&sc.metadata);
@@ -410,12 +417,7 @@ fn tls_options(f: &mut Findings, path: &str, tls: &ServerTlsSettings) {
     let mut valid = BTreeSet::new();
     for (i, suite) in tls.cipher_suites.iter().enumerate() {
         let cp = format!("{path}.cipherSuites[{i}]");
-        let operator = suite.chars().next().is_some_and(|c| !c.is_alphanumeric());
-        if !(suite.is_empty()
-            || suite == "ALL"
-            || operator
-            || VALID_CIPHER_SUITES.contains(&suite.as_str()))
-        {
+        if !is_valid_cipher_suite(suite) {
             f.warning(&cp, format!("invalid cipher suite {suite:?} is ignored"));
         } else if !valid.insert(suite.as_str()) {
             f.warning(&cp, format!("duplicate cipher suite {suite:?} is ignored"));

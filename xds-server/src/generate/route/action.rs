@@ -28,6 +28,7 @@ use pilotfish_mesh::api::{
 };
 use pilotfish_mesh::model::Proxy;
 use pilotfish_mesh::push_context::PushContext;
+use pilotfish_mesh::push_context::sidecar::EgressScope;
 
 use crate::generate::findings::{Finding, RouteKind};
 use crate::generate::names;
@@ -42,6 +43,10 @@ pub struct RouteEnv<'a> {
     /// The port of the route configuration (the listener port for sidecars, the service
     /// port for proxyless clients).
     pub port: u32,
+    /// The Sidecar egress listener whose VirtualServices route this configuration (the
+    /// one claiming the port, or a listener with an address of its own); `None` without a
+    /// Sidecar.
+    pub egress: Option<&'a EgressScope>,
 }
 
 /// One VirtualService HTTP route translated for Envoy: what every match of it shares (the

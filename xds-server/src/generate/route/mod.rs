@@ -479,6 +479,7 @@ spec: {host: b, trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: 
             proxy: &proxy,
             plan: &plan,
             port: 80,
+            egress: None,
         };
         let route = http(json!({
             "route": [
@@ -570,6 +571,7 @@ spec: {host: b, trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: 
             proxy: &proxy,
             plan: &plan,
             port: 80,
+            egress: None,
         };
         let route = http(json!({"route": [
             {"destination": {"host": "nope.shop.svc.cluster.local"}, "weight": 20},
@@ -616,6 +618,7 @@ spec: {host: b, trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: 
             proxy: &proxy,
             plan: &plan,
             port: 80,
+            egress: None,
         };
         let route = http(json!({
             "route": [{"destination": {"host": "nope.shop.svc.cluster.local"}}],
