@@ -18,6 +18,7 @@ ROOTS = [
     "envoy/extensions/filters/http/cors/v3/cors.proto",
     "envoy/extensions/filters/http/fault/v3/fault.proto",
     "envoy/extensions/filters/http/grpc_web/v3/grpc_web.proto",
+    "envoy/extensions/filters/http/jwt_authn/v3/config.proto",
     "envoy/extensions/filters/http/rbac/v3/rbac.proto",
     "envoy/extensions/filters/http/router/v3/router.proto",
     "envoy/extensions/filters/listener/http_inspector/v3/http_inspector.proto",

@@ -105,6 +105,8 @@ impl AdminState {
             "destination_rules": data.destination_rules.len(),
             "peer_authentications": data.peer_authentications.len(),
             "sidecars": data.sidecars.len(),
+            "request_authentications": data.request_authentications.len(),
+            "jwks": data.jwks.iter().map(|(source, outcome)| serde_json::json!({"source": source.to_string(), "fetched": matches!(outcome, pilotfish_mesh::push_context::JwksOutcome::Keys(_)), "error": match outcome { pilotfish_mesh::push_context::JwksOutcome::Failed(e) => Some(e.as_str()), _ => None }})).collect::<Vec<_>>(),
             "authorization_policies": data.authorization_policies.len(),
             "kept_previous": built.kept_previous.iter().map(|k| k.to_string()).collect::<Vec<_>>(),
             "findings": built.findings.iter().map(|f| f.to_string()).collect::<Vec<_>>(),

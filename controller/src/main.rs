@@ -238,6 +238,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 debounce_after: args.debounce_after.as_std(),
                 debounce_max: args.debounce_max.as_std(),
                 resync_every: Duration::from_secs(30),
+                jwks: Some(
+                    pilotfish_shared::jwks::spawn_default(&mut tasks)
+                        .map_err(anyhow::Error::msg)
+                        .context("the JWKS resolver's HTTP client")?,
+                ),
             };
             metrics::LEADER.set(1);
             admin_state.set_leader(serde_json::json!({"mode": "config-dir", "leader": true, "note": "one writer per key prefix; no Lease"}));

@@ -14,6 +14,7 @@ pub enum ConfigKind {
     ServiceEntry,
     PeerAuthentication,
     Sidecar,
+    RequestAuthentication,
     AuthorizationPolicy,
     Service,
     EndpointSlice,
@@ -29,6 +30,7 @@ impl ConfigKind {
             ConfigKind::ServiceEntry => "ServiceEntry",
             ConfigKind::PeerAuthentication => "PeerAuthentication",
             ConfigKind::Sidecar => "Sidecar",
+            ConfigKind::RequestAuthentication => "RequestAuthentication",
             ConfigKind::AuthorizationPolicy => "AuthorizationPolicy",
             ConfigKind::Service => "Service",
             ConfigKind::EndpointSlice => "EndpointSlice",
@@ -38,12 +40,13 @@ impl ConfigKind {
     }
 
     /// Every kind, in declaration order.
-    pub const ALL: [ConfigKind; 10] = [
+    pub const ALL: [ConfigKind; 11] = [
         ConfigKind::VirtualService,
         ConfigKind::DestinationRule,
         ConfigKind::ServiceEntry,
         ConfigKind::PeerAuthentication,
         ConfigKind::Sidecar,
+        ConfigKind::RequestAuthentication,
         ConfigKind::AuthorizationPolicy,
         ConfigKind::Service,
         ConfigKind::EndpointSlice,

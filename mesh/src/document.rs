@@ -1,6 +1,7 @@
 //! Kubernetes-style YAML as mesh objects: what `kubectl get -o yaml` prints (Service,
 //! EndpointSlice, Pod, Node, VirtualService, DestinationRule, ServiceEntry,
-//! PeerAuthentication, Sidecar, AuthorizationPolicy), parsed from text and
+//! PeerAuthentication, Sidecar, RequestAuthentication, AuthorizationPolicy), parsed from
+//! text and
 //! collected into builder inputs. Pure: the folder that feeds it (standalone mode and the
 //! controller's `--config-dir` mode) is `pilotfish_shared::source`.
 //!
@@ -331,6 +332,7 @@ fn with_default_namespace_istio(mut r: IstioResource) -> IstioResource {
         IstioResource::ServiceEntry(o) => default_namespace(&mut o.metadata),
         IstioResource::PeerAuthentication(o) => default_namespace(&mut o.metadata),
         IstioResource::Sidecar(o) => default_namespace(&mut o.metadata),
+        IstioResource::RequestAuthentication(o) => default_namespace(&mut o.metadata),
         IstioResource::AuthorizationPolicy(o) => default_namespace(&mut o.metadata),
     }
     r
@@ -353,6 +355,7 @@ pub fn config_kind(kind: IstioKind) -> ConfigKind {
         IstioKind::ServiceEntry => ConfigKind::ServiceEntry,
         IstioKind::PeerAuthentication => ConfigKind::PeerAuthentication,
         IstioKind::Sidecar => ConfigKind::Sidecar,
+        IstioKind::RequestAuthentication => ConfigKind::RequestAuthentication,
         IstioKind::AuthorizationPolicy => ConfigKind::AuthorizationPolicy,
     }
 }
@@ -395,6 +398,9 @@ pub fn to_inputs<'a>(
                         base.peer_authentications.push(Arc::new((**p).clone()))
                     }
                     IstioResource::Sidecar(s) => base.sidecars.push(Arc::new((**s).clone())),
+                    IstioResource::RequestAuthentication(r) => {
+                        base.request_authentications.push(Arc::new((**r).clone()))
+                    }
                     IstioResource::AuthorizationPolicy(a) => {
                         base.authorization_policies.push(Arc::new((**a).clone()))
                     }
@@ -495,11 +501,24 @@ apiVersion: security.istio.io/v1
 kind: RequestAuthentication
 metadata: {name: jwt}
 spec: {}
+---
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: mesh-default}
+spec: {}
 ";
         let parsed = parse_text(Path::new("bookinfo-gateway.yaml"), text);
         assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
         let kinds: Vec<&str> = parsed.objects.iter().map(|o| o.key().0).collect();
-        assert_eq!(kinds, ["VirtualService", "Sidecar", "AuthorizationPolicy"]);
+        assert_eq!(
+            kinds,
+            [
+                "VirtualService",
+                "Sidecar",
+                "AuthorizationPolicy",
+                "RequestAuthentication"
+            ]
+        );
         let ignored: Vec<(&str, &str, bool)> = parsed
             .ignored
             .iter()
@@ -509,7 +528,7 @@ spec: {}
             ignored,
             [
                 ("networking.istio.io/v1/Gateway", "bookinfo-gateway", true),
-                ("security.istio.io/v1/RequestAuthentication", "jwt", true),
+                ("telemetry.istio.io/v1/Telemetry", "mesh-default", true),
             ]
         );
     }

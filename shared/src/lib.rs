@@ -6,6 +6,7 @@
 //!   between the snapshot codec and the bus.
 //! - [`source`]: a folder of Kubernetes-style YAML files, re-read on change.
 //! - [`pipeline`]: inputs → build → encode → publish, with debounce and the folder loop.
+//! - [`jwks`]: the control plane's JWKS resolver (key sets of RequestAuthentication rules).
 //! - [`retry`]: backoff, retry counting and deadlines, and the timer loops sleep on.
 //! - [`telemetry`]: log setup and the metrics page shared by the binaries.
 //! - [`supervise`]: task supervision, signals and the runtime for the binaries.
@@ -17,6 +18,7 @@
 pub mod admin;
 pub mod bus;
 pub mod cli;
+pub mod jwks;
 pub mod pipeline;
 pub mod retry;
 pub mod source;

@@ -131,6 +131,12 @@ async fn snapshot(State(ctx): State<AdminContext>) -> Response {
         "virtual_services": data.virtual_services.iter().map(|v| format!("{}/{}", v.meta.namespace, v.meta.name)).collect::<Vec<_>>(),
         "destination_rules": data.destination_rules.iter().map(|d| format!("{}/{}", d.meta.namespace, d.meta.name)).collect::<Vec<_>>(),
         "peer_authentications": data.peer_authentications.iter().map(|p| format!("{}/{}", p.meta.namespace, p.meta.name)).collect::<Vec<_>>(),
+        "request_authentications": data.request_authentications.iter().map(|r| format!("{}/{}", r.meta.namespace, r.meta.name)).collect::<Vec<_>>(),
+        // The key sets the controller fetched (or why not), by source.
+        "jwks": data.jwks.iter().map(|(source, outcome)| match outcome {
+            pilotfish_mesh::push_context::JwksOutcome::Keys(_) => json!({"source": source.to_string(), "fetched": true}),
+            pilotfish_mesh::push_context::JwksOutcome::Failed(e) => json!({"source": source.to_string(), "fetched": false, "error": e}),
+        }).collect::<Vec<_>>(),
         "sidecars": data.sidecars.iter().map(|s| format!("{}/{}", s.meta.namespace, s.meta.name)).collect::<Vec<_>>(),
         "authorization_policies": data.authorization_policies.iter().map(|a| format!("{}/{}", a.meta.namespace, a.meta.name)).collect::<Vec<_>>(),
     }))

@@ -236,6 +236,12 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 debounce_after: cli.debounce_after.as_std(),
                 debounce_max: cli.debounce_max.as_std(),
                 resync_every: Duration::from_secs(30),
+                // Standalone, this process is its own control plane: it fetches key sets.
+                jwks: Some(
+                    pilotfish_shared::jwks::spawn_default(&mut tasks)
+                        .map_err(anyhow::Error::msg)
+                        .context("the JWKS resolver's HTTP client")?,
+                ),
             };
             let pipeline = Pipeline::new(Arc::new(bus.publisher()), signer);
             tasks.spawn_background("config folder", async move {

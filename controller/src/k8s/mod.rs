@@ -37,7 +37,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::Api;
 use pilotfish_mesh::api::{
-    AuthorizationPolicy, DestinationRule, PeerAuthentication, ServiceEntry, Sidecar, VirtualService,
+    AuthorizationPolicy, DestinationRule, PeerAuthentication, RequestAuthentication, ServiceEntry,
+    Sidecar, VirtualService,
 };
 use pilotfish_mesh::push_context::BuildInputs;
 use tokio::sync::{mpsc, watch as channel};
@@ -48,6 +49,7 @@ use discovery::Selection;
 use lease::{Leadership, LeaseConfig};
 use mode::ModeLoop;
 use pilotfish_shared::bus::Claim;
+use pilotfish_shared::jwks::{Fetcher, JwksLink, ResolverSettings};
 use pilotfish_shared::pipeline::Pipeline;
 use pilotfish_shared::pipeline::seed::Seed;
 use status::writer::{EventSink, StatusWriter};
@@ -95,6 +97,7 @@ where
         "ServiceEntry" => "ServiceEntry watch",
         "PeerAuthentication" => "PeerAuthentication watch",
         "Sidecar" => "Sidecar watch",
+        "RequestAuthentication" => "RequestAuthentication watch",
         "AuthorizationPolicy" => "AuthorizationPolicy watch",
         "Service" => "Service watch",
         "EndpointSlice" => "EndpointSlice watch",
@@ -125,6 +128,33 @@ fn until_shutdown(
         }
     }
     .boxed()
+}
+
+/// The JWKS resolver (see [`pilotfish_shared::jwks`]) as a task of the mode, and its link
+/// for the loop; `None` (rules needing a fetched key set fail closed) only if no TLS
+/// client can be set up.
+fn key_set_resolver(tasks: &mut Vec<Task>, shutdown: &CancellationToken) -> Option<JwksLink> {
+    let settings = ResolverSettings::default();
+    let fetcher = match Fetcher::new(None, settings.max_body_bytes) {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::error!(error = %e, "no HTTP client for JWKS: RequestAuthentication rules with jwksUri or issuer discovery fail closed");
+            return None;
+        }
+    };
+    let (link, task) = pilotfish_shared::jwks::resolver(settings, fetcher);
+    tasks.push((
+        "JWKS resolver",
+        until_shutdown(
+            shutdown.clone(),
+            async move {
+                task.await;
+                Ok(())
+            }
+            .boxed(),
+        ),
+    ));
+    Some(link)
 }
 
 impl KubeMode {
@@ -160,6 +190,7 @@ impl KubeMode {
             watch_task::<ServiceEntry>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<PeerAuthentication>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<Sidecar>(client.clone(), updates_tx.clone(), sel()),
+            watch_task::<RequestAuthentication>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<AuthorizationPolicy>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<Service>(client.clone(), updates_tx.clone(), sel()),
             watch_task::<EndpointSlice>(client.clone(), updates_tx.clone(), sel()),
@@ -213,6 +244,7 @@ impl KubeMode {
                 ),
             ));
         }
+        let jwks = key_set_resolver(&mut tasks, &shutdown);
         let mode_loop = ModeLoop {
             identity: self.lease.identity.clone(),
             lease_name: format!("{}/{}", self.lease.namespace, self.lease.name),
@@ -225,6 +257,7 @@ impl KubeMode {
             admin,
             selection: selection_tx,
             mesh_updates,
+            jwks,
         };
         tasks.push((
             "controller loop",

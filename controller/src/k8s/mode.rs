@@ -22,6 +22,7 @@ use futures::future::BoxFuture;
 use futures::stream::StreamExt;
 use pilotfish_mesh::push_context::BuildInputs;
 use pilotfish_shared::bus::{EpochGrant, PublishOutcome};
+use pilotfish_shared::jwks::JwksLink;
 use pilotfish_shared::pipeline::seed::{Seed, SeedEvent};
 use pilotfish_shared::pipeline::{Built, Pipeline, snapshot_of};
 use pilotfish_shared::retry::sleep_until_opt;
@@ -60,6 +61,9 @@ pub struct ModeLoop {
     pub selection: watch::Sender<Arc<Selection>>,
     /// New mesh configs from the `--mesh-config` file (`None`: it never changes).
     pub mesh_updates: Option<watch::Receiver<MeshConfig>>,
+    /// The JWKS resolver: told the sources each build needs and whether this replica
+    /// leads (only the leader fetches); its new outcomes rebuild.
+    pub jwks: Option<JwksLink>,
 }
 
 /// What the loop owns besides the conductor.
@@ -116,6 +120,7 @@ impl ModeLoop {
             unsynced: s.stores.unsynced(),
         };
         self.drive(&mut s, &mut conductor, started).await;
+        let mut key_sets = self.jwks.as_ref().map(|link| link.resolved.clone());
         loop {
             let event = tokio::select! {
                 update = self.updates.recv() => {
@@ -142,7 +147,16 @@ impl ModeLoop {
                     if changed.is_err() {
                         bail!("the Lease task is gone");
                     }
+                    self.want_key_sets(&s);
                     Event::Leadership
+                }
+                _ = pilotfish_shared::jwks::changed(&mut key_sets) => {
+                    // Newly fetched key sets change what every build makes.
+                    Event::Applied {
+                        class: ChangeClass::Config,
+                        summary: Summary { updated: 1, ..Summary::default() },
+                        unsynced: s.stores.unsynced(),
+                    }
                 }
                 _ = sleep_until_opt(conductor.wake_at()) => Event::Tick,
                 progress = seed_opt(&mut seed) => match progress {
@@ -220,7 +234,11 @@ impl ModeLoop {
                 endpoints_only,
                 events,
             } => {
-                let inputs = s.stores.inputs(&self.base);
+                let mut base = self.base.clone();
+                if let Some(link) = &self.jwks {
+                    base.jwks = link.current();
+                }
+                let inputs = s.stores.inputs(&base);
                 let generations = BuildReport::generations(&inputs);
                 let build = s.pipeline.start_build(inputs, endpoints_only);
                 s.flight = Some(
@@ -327,7 +345,17 @@ impl ModeLoop {
         self.admin.set_snapshot(&built, None);
         let endpoints_only = built.endpoints_only;
         s.current = Some(Arc::new(built));
+        self.want_key_sets(s);
         Event::BuildDone { endpoints_only }
+    }
+
+    /// Tells the JWKS resolver what the last build needs, and whether to fetch: only the
+    /// Lease holder reaches out to key servers (a standby's builds are not published).
+    fn want_key_sets(&self, s: &State) {
+        if let (Some(link), Some(current)) = (&self.jwks, &s.current) {
+            let leader = self.leadership.borrow().leader;
+            link.want(current.context.jwks_sources(), leader);
+        }
     }
 
     /// A publish landed: what the admin pages and the log say, and the result for the

@@ -18,8 +18,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use pilotfish_mesh::api::{
-    AuthorizationPolicy, DestinationRule, IstioStatus, PeerAuthentication, ServiceEntry, Sidecar,
-    VirtualService,
+    AuthorizationPolicy, DestinationRule, IstioStatus, PeerAuthentication, RequestAuthentication,
+    ServiceEntry, Sidecar, VirtualService,
 };
 use pilotfish_mesh::config::{ConfigKey, ConfigKind};
 use pilotfish_mesh::model::{NodeInfo, PodInfo};
@@ -120,6 +120,11 @@ istio_kind!(
     peer_authentications
 );
 istio_kind!(Sidecar, "Sidecar", sidecars);
+istio_kind!(
+    RequestAuthentication,
+    "RequestAuthentication",
+    request_authentications
+);
 istio_kind!(
     AuthorizationPolicy,
     "AuthorizationPolicy",
@@ -518,6 +523,7 @@ pub struct Stores {
     pub service_entries: KindStore<ServiceEntry>,
     pub peer_authentications: KindStore<PeerAuthentication>,
     pub sidecars: KindStore<Sidecar>,
+    pub request_authentications: KindStore<RequestAuthentication>,
     pub authorization_policies: KindStore<AuthorizationPolicy>,
     pub services: KindStore<KubeService>,
     pub endpoint_slices: KindStore<EndpointSlice>,
@@ -536,6 +542,10 @@ impl Stores {
             (self.service_entries.synced(), ServiceEntry::KIND),
             (self.peer_authentications.synced(), PeerAuthentication::KIND),
             (self.sidecars.synced(), Sidecar::KIND),
+            (
+                self.request_authentications.synced(),
+                RequestAuthentication::KIND,
+            ),
             (
                 self.authorization_policies.synced(),
                 AuthorizationPolicy::KIND,
@@ -567,6 +577,7 @@ impl Stores {
             + self.service_entries.retain_namespaces(&keep)
             + self.peer_authentications.retain_namespaces(&keep)
             + self.sidecars.retain_namespaces(&keep)
+            + self.request_authentications.retain_namespaces(&keep)
             + self.authorization_policies.retain_namespaces(&keep)
             + self.services.retain_namespaces(&keep)
             + self.endpoint_slices.retain_namespaces(&keep)
@@ -595,6 +606,10 @@ impl Stores {
             (ServiceEntry::KIND, self.service_entries.len()),
             (PeerAuthentication::KIND, self.peer_authentications.len()),
             (Sidecar::KIND, self.sidecars.len()),
+            (
+                RequestAuthentication::KIND,
+                self.request_authentications.len(),
+            ),
             (AuthorizationPolicy::KIND, self.authorization_policies.len()),
             (KubeService::KIND, self.services.len()),
             (EndpointSlice::KIND, self.endpoint_slices.len()),
@@ -636,6 +651,8 @@ impl Stores {
             service_entries: live(&self.service_entries, &terminating).collect(),
             peer_authentications: live(&self.peer_authentications, &terminating).collect(),
             sidecars: live(&self.sidecars, &terminating).collect(),
+            request_authentications: live(&self.request_authentications, &terminating).collect(),
+            jwks: base.jwks.clone(),
             authorization_policies: live(&self.authorization_policies, &terminating).collect(),
             input_warnings: self.unknown_field_warnings(&terminating),
             send_unhealthy_endpoints: base.send_unhealthy_endpoints,
@@ -667,6 +684,10 @@ impl Stores {
                 self.peer_authentications.unknown_fields(),
             ),
             (ConfigKind::Sidecar, self.sidecars.unknown_fields()),
+            (
+                ConfigKind::RequestAuthentication,
+                self.request_authentications.unknown_fields(),
+            ),
             (
                 ConfigKind::AuthorizationPolicy,
                 self.authorization_policies.unknown_fields(),
@@ -717,6 +738,12 @@ impl Stores {
         collect_config(
             &self.sidecars,
             ConfigKind::Sidecar,
+            |o| (&o.metadata, o.status.as_ref()),
+            &mut out,
+        );
+        collect_config(
+            &self.request_authentications,
+            ConfigKind::RequestAuthentication,
             |o| (&o.metadata, o.status.as_ref()),
             &mut out,
         );

@@ -772,3 +772,145 @@ async fn sidecars_are_served_and_invalid_ones_reported() {
     assert_eq!(about.name.as_deref(), Some("empty"));
     replica.assert_alive();
 }
+
+/// A key server for the JWKS test: answers every request with `body` (a real HTTP/1.1
+/// server on 127.0.0.1), counting requests.
+async fn key_server(body: &'static str) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
+                    match tcp.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = tcp.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    (format!("http://{addr}/jwks.json"), hits)
+}
+
+/// RequestAuthentication end to end through the controller: the leader fetches the key
+/// set a jwksUri names (from a real HTTP server) and the replica decodes it from the
+/// snapshot; an unreachable jwksUri is recorded as failed (the rule fails closed) and the
+/// policy says so in `Reconciled` (accepted, with a warning naming the rule and the URI);
+/// an invalid policy gets `Reconciled=False` and one `InvalidConfig` Event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_authentications_are_served_with_fetched_key_sets() {
+    const KEYS: &str = r#"{"keys":[{"kty":"EC","crv":"P-256","kid":"k1","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}"#;
+    let (jwks_uri, hits) = key_server(KEYS).await;
+    let unreachable = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}/jwks.json", l.local_addr().unwrap())
+    };
+    let cluster = Cluster::start().await;
+    cluster.install_istio_crds().await;
+    reviews_mesh(&cluster).await;
+    let fetched = json!({
+        "apiVersion": "security.istio.io/v1",
+        "kind": "RequestAuthentication",
+        "metadata": {"name": "fetched", "namespace": "default"},
+        "spec": {"jwtRules": [{"issuer": "https://issuer.example.com", "jwksUri": jwks_uri}]},
+    });
+    let down = json!({
+        "apiVersion": "security.istio.io/v1",
+        "kind": "RequestAuthentication",
+        "metadata": {"name": "down", "namespace": "default"},
+        "spec": {"jwtRules": [{"issuer": "https://down.example.com", "jwksUri": unreachable, "timeout": "500ms"}]},
+    });
+    let bad = json!({
+        "apiVersion": "security.istio.io/v1beta1",
+        "kind": "RequestAuthentication",
+        "metadata": {"name": "no-issuer", "namespace": "default"},
+        "spec": {"jwtRules": [{"audiences": ["a"]}]},
+    });
+    for object in [&fetched, &down, &bad] {
+        cluster.apply(object.clone()).await;
+    }
+    let bus = MemoryBus::new();
+    let (follower, _task) = bus.follow(decode);
+    let mut replica = Replica::start(&cluster, "a", Arc::new(bus.publisher()), fast_timings());
+    let key_sets = eventually("both key sets resolved in the served snapshot", || async {
+        let ctx = follower.current()?;
+        let jwks = ctx.value.jwks().clone();
+        (jwks.len() == 2).then_some(jwks)
+    })
+    .await;
+    let outcome = |uri: &str| {
+        key_sets
+            .iter()
+            .find(|(s, _)| s.jwks_uri == uri)
+            .map(|(_, o)| o.clone())
+            .expect("a source per jwksUri")
+    };
+    assert_eq!(
+        outcome(&jwks_uri),
+        pilotfish_mesh::push_context::JwksOutcome::Keys(KEYS.into())
+    );
+    assert!(matches!(
+        outcome(&unreachable),
+        pilotfish_mesh::push_context::JwksOutcome::Failed(_)
+    ));
+    assert!(hits.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    let served = follower.current().unwrap();
+    let names: Vec<String> = served
+        .value
+        .request_authentications()
+        .iter()
+        .map(|r| r.meta.name.clone())
+        .collect();
+    assert_eq!(names, ["down", "fetched"]);
+    let warned = eventually("a warning on the policy whose key set is down", || async {
+        let c = reconciled(&cluster.get(&down).await?)?;
+        (c["reason"] == "AcceptedWithWarnings").then_some(c)
+    })
+    .await;
+    let message = warned["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.jwtRules[0].jwksUri") && message.contains(&unreachable),
+        "{message}"
+    );
+    let condition = eventually("Reconciled=False on the invalid one", || async {
+        let c = reconciled(&cluster.get(&bad).await?)?;
+        (c["status"] == "False").then_some(c)
+    })
+    .await;
+    assert!(
+        condition["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.jwtRules[0]"),
+        "{condition}"
+    );
+    let events: Api<CoreEvent> = Api::namespaced(cluster.client(), "default");
+    let invalid = eventually("the InvalidConfig Event", || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        let found: Vec<CoreEvent> = list
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("InvalidConfig"))
+            .collect();
+        (!found.is_empty()).then_some(found)
+    })
+    .await;
+    assert_eq!(invalid.len(), 1, "{invalid:?}");
+    assert_eq!(
+        invalid[0].involved_object.kind.as_deref(),
+        Some("RequestAuthentication")
+    );
+    replica.assert_alive();
+}

@@ -225,3 +225,22 @@ fn peer_authentication_errors_name_the_field() {
         "{line}"
     );
 }
+
+/// RequestAuthentication is validated, not reported unsupported: a jwksUri without a
+/// scheme is an error naming the rule's field.
+#[test]
+fn request_authentication_errors_name_the_field() {
+    let file = corpus("invalid/ra-jwks-uri-without-scheme.yaml");
+    let (code, out) = validate(&["-f", file.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .expect("an error line");
+    assert!(
+        line.contains("RequestAuthentication bookinfo/tokens")
+            && line.contains("spec.jwtRules[0].jwksUri"),
+        "{line}"
+    );
+    assert!(!out.contains("not supported by Pilotfish yet"), "{out}");
+}

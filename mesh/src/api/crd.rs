@@ -13,8 +13,8 @@ use kube::CustomResourceExt;
 use serde_json::Value;
 
 use super::{
-    AuthorizationPolicy, DestinationRule, PeerAuthentication, SECURITY_SERVED_VERSIONS,
-    SERVED_VERSIONS, ServiceEntry, Sidecar, VirtualService,
+    AuthorizationPolicy, DestinationRule, PeerAuthentication, RequestAuthentication,
+    SECURITY_SERVED_VERSIONS, SERVED_VERSIONS, ServiceEntry, Sidecar, VirtualService,
 };
 
 /// The header written at the top of every generated file.
@@ -32,6 +32,11 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
             &SECURITY_SERVED_VERSIONS,
         ),
         with_served_versions(Sidecar::crd(), SpecRequired::No, &SERVED_VERSIONS),
+        with_served_versions(
+            RequestAuthentication::crd(),
+            SpecRequired::No,
+            &SECURITY_SERVED_VERSIONS,
+        ),
         with_served_versions(
             AuthorizationPolicy::crd(),
             SpecRequired::No,

@@ -3,7 +3,8 @@
 //!
 //! Public surface:
 //! - Kinds [`VirtualService`], [`DestinationRule`], [`ServiceEntry`],
-//!   [`PeerAuthentication`], [`Sidecar`], [`AuthorizationPolicy`] (spec types
+//!   [`PeerAuthentication`], [`RequestAuthentication`], [`Sidecar`],
+//!   [`AuthorizationPolicy`] (spec types
 //!   `…Spec`, status [`IstioStatus`]); every nested message is named after its Istio proto
 //!   message (`HttpRoute`, `TrafficPolicy`, …) and every field is the snake_case of Istio's
 //!   JSON name (`consecutive_5xx_errors` for `consecutive5xxErrors`, `r#match` for `match`).
@@ -31,6 +32,7 @@ pub mod crd;
 pub mod destination_rule;
 pub mod duration;
 pub mod peer_authentication;
+pub mod request_authentication;
 pub mod service_entry;
 pub mod sidecar;
 pub mod status;
@@ -52,6 +54,9 @@ pub use destination_rule::{
 };
 pub use duration::{Duration, DurationParseError};
 pub use peer_authentication::{MtlsMode, MutualTls, PeerAuthentication, PeerAuthenticationSpec};
+pub use request_authentication::{
+    ClaimToHeader, JwtHeader, JwtRule, RequestAuthentication, RequestAuthenticationSpec,
+};
 pub use service_entry::{
     Location, Resolution, ServiceEntry, ServiceEntrySpec, ServicePort, WorkloadEntry,
     WorkloadSelector,
@@ -97,6 +102,7 @@ pub enum IstioResource {
     ServiceEntry(Box<ServiceEntry>),
     PeerAuthentication(Box<PeerAuthentication>),
     Sidecar(Box<Sidecar>),
+    RequestAuthentication(Box<RequestAuthentication>),
     AuthorizationPolicy(Box<AuthorizationPolicy>),
 }
 
@@ -108,17 +114,19 @@ pub enum IstioKind {
     ServiceEntry,
     PeerAuthentication,
     Sidecar,
+    RequestAuthentication,
     AuthorizationPolicy,
 }
 
 impl IstioKind {
     /// Every supported kind.
-    pub const ALL: [IstioKind; 6] = [
+    pub const ALL: [IstioKind; 7] = [
         IstioKind::VirtualService,
         IstioKind::DestinationRule,
         IstioKind::ServiceEntry,
         IstioKind::PeerAuthentication,
         IstioKind::Sidecar,
+        IstioKind::RequestAuthentication,
         IstioKind::AuthorizationPolicy,
     ];
 
@@ -130,6 +138,7 @@ impl IstioKind {
             IstioKind::ServiceEntry => "ServiceEntry",
             IstioKind::PeerAuthentication => "PeerAuthentication",
             IstioKind::Sidecar => "Sidecar",
+            IstioKind::RequestAuthentication => "RequestAuthentication",
             IstioKind::AuthorizationPolicy => "AuthorizationPolicy",
         }
     }
@@ -137,7 +146,9 @@ impl IstioKind {
     /// The kind's API group.
     pub fn group(self) -> &'static str {
         match self {
-            IstioKind::PeerAuthentication | IstioKind::AuthorizationPolicy => SECURITY_GROUP,
+            IstioKind::PeerAuthentication
+            | IstioKind::RequestAuthentication
+            | IstioKind::AuthorizationPolicy => SECURITY_GROUP,
             _ => GROUP,
         }
     }
@@ -145,9 +156,9 @@ impl IstioKind {
     /// The versions Istio serves for the kind, storage version first.
     pub fn served_versions(self) -> &'static [&'static str] {
         match self {
-            IstioKind::PeerAuthentication | IstioKind::AuthorizationPolicy => {
-                &SECURITY_SERVED_VERSIONS
-            }
+            IstioKind::PeerAuthentication
+            | IstioKind::RequestAuthentication
+            | IstioKind::AuthorizationPolicy => &SECURITY_SERVED_VERSIONS,
             _ => &SERVED_VERSIONS,
         }
     }
@@ -160,6 +171,7 @@ impl IstioKind {
             IstioKind::ServiceEntry => "serviceentries",
             IstioKind::PeerAuthentication => "peerauthentications",
             IstioKind::Sidecar => "sidecars",
+            IstioKind::RequestAuthentication => "requestauthentications",
             IstioKind::AuthorizationPolicy => "authorizationpolicies",
         }
     }
@@ -232,6 +244,9 @@ impl IstioResource {
                 parse_strict(value).map(|o| IstioResource::PeerAuthentication(Box::new(o)))
             }
             IstioKind::Sidecar => parse_strict(value).map(|o| IstioResource::Sidecar(Box::new(o))),
+            IstioKind::RequestAuthentication => {
+                parse_strict(value).map(|o| IstioResource::RequestAuthentication(Box::new(o)))
+            }
             IstioKind::AuthorizationPolicy => {
                 parse_strict(value).map(|o| IstioResource::AuthorizationPolicy(Box::new(o)))
             }
@@ -290,6 +305,9 @@ impl IstioResource {
             IstioKind::Sidecar => document
                 .parse_reporting_unknown()
                 .map(|p| boxed(p, IstioResource::Sidecar)),
+            IstioKind::RequestAuthentication => document
+                .parse_reporting_unknown()
+                .map(|p| boxed(p, IstioResource::RequestAuthentication)),
             IstioKind::AuthorizationPolicy => document
                 .parse_reporting_unknown()
                 .map(|p| boxed(p, IstioResource::AuthorizationPolicy)),
@@ -305,6 +323,7 @@ impl IstioResource {
             IstioResource::ServiceEntry(_) => IstioKind::ServiceEntry,
             IstioResource::PeerAuthentication(_) => IstioKind::PeerAuthentication,
             IstioResource::Sidecar(_) => IstioKind::Sidecar,
+            IstioResource::RequestAuthentication(_) => IstioKind::RequestAuthentication,
             IstioResource::AuthorizationPolicy(_) => IstioKind::AuthorizationPolicy,
         }
     }
@@ -317,6 +336,7 @@ impl IstioResource {
             IstioResource::ServiceEntry(o) => &o.metadata,
             IstioResource::PeerAuthentication(o) => &o.metadata,
             IstioResource::Sidecar(o) => &o.metadata,
+            IstioResource::RequestAuthentication(o) => &o.metadata,
             IstioResource::AuthorizationPolicy(o) => &o.metadata,
         }
     }

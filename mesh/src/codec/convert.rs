@@ -11,8 +11,8 @@ use crate::model::{
     ServiceEndpoints, ServiceOrigin, ServicePort, TargetPort,
 };
 use crate::push_context::{
-    AuthorizationPolicyConfig, ConfigMeta, DestinationRuleConfig, PeerAuthenticationConfig,
-    PushContext, SidecarConfig, VirtualServiceConfig,
+    AuthorizationPolicyConfig, ConfigMeta, DestinationRuleConfig, JwksOutcome, JwksSource,
+    PeerAuthenticationConfig, PushContext, SidecarConfig, VirtualServiceConfig,
 };
 
 pub fn mesh_to_pb(m: &MeshConfig) -> pb::MeshSettings {
@@ -258,6 +258,11 @@ pub fn configs_to_pb(ctx: &PushContext) -> Vec<pb::Config> {
         )
         .chain(data.sidecars.iter().map(|sc| config_to_pb_sidecar(sc)))
         .chain(
+            data.request_authentications
+                .iter()
+                .map(|ra| config_to_pb(pb::Kind::RequestAuthentication, &ra.meta, &ra.spec)),
+        )
+        .chain(
             data.authorization_policies
                 .iter()
                 .map(|ap| config_to_pb_ap(ap)),
@@ -277,6 +282,36 @@ pub fn config_to_pb_dr(dr: &DestinationRuleConfig) -> pb::Config {
 
 pub fn config_to_pb_sidecar(sc: &SidecarConfig) -> pb::Config {
     config_to_pb(pb::Kind::Sidecar, &sc.meta, &sc.spec)
+}
+
+/// The resolved key sets, in their encoding order (the map's: issuer, then URI).
+pub fn jwks_to_pb(ctx: &PushContext) -> Vec<pb::Jwks> {
+    ctx.jwks()
+        .iter()
+        .map(|(source, outcome)| pb::Jwks {
+            issuer: source.issuer.clone(),
+            jwks_uri: source.jwks_uri.clone(),
+            outcome: Some(match outcome {
+                JwksOutcome::Keys(keys) => pb::jwks::Outcome::Keys(keys.clone()),
+                JwksOutcome::Failed(error) => pb::jwks::Outcome::Error(error.clone()),
+            }),
+        })
+        .collect()
+}
+
+pub fn jwks_from_pb(j: pb::Jwks) -> (JwksSource, JwksOutcome) {
+    let outcome = match j.outcome {
+        Some(pb::jwks::Outcome::Keys(keys)) => JwksOutcome::Keys(keys),
+        Some(pb::jwks::Outcome::Error(error)) => JwksOutcome::Failed(error),
+        None => JwksOutcome::Failed("no outcome recorded".into()),
+    };
+    (
+        JwksSource {
+            issuer: j.issuer,
+            jwks_uri: j.jwks_uri,
+        },
+        outcome,
+    )
 }
 
 pub fn config_to_pb_ap(ap: &AuthorizationPolicyConfig) -> pb::Config {

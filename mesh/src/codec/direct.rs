@@ -180,5 +180,10 @@ pub fn encode_payload(ctx: &PushContext) -> Vec<u8> {
         c.encode(&mut item).unwrap_or_default();
         put_bytes(&mut out, 5, &item);
     }
+    for j in convert::jwks_to_pb(ctx) {
+        item.clear();
+        j.encode(&mut item).unwrap_or_default();
+        put_bytes(&mut out, 6, &item);
+    }
     out
 }

@@ -181,6 +181,7 @@ pub fn to_pb(ctx: &PushContext) -> pb::Snapshot {
             .map(|e| convert::endpoints_to_pb(e))
             .collect(),
         configs,
+        jwks: convert::jwks_to_pb(ctx),
     }
 }
 
@@ -404,6 +405,8 @@ pub fn from_pb(s: pb::Snapshot) -> Result<PushContext, DecodeError> {
         destination_rules: Vec::new(),
         peer_authentications: Vec::new(),
         sidecars: Vec::new(),
+        request_authentications: Vec::new(),
+        jwks: s.jwks.into_iter().map(convert::jwks_from_pb).collect(),
         authorization_policies: Vec::new(),
     };
     for c in s.configs {
@@ -437,6 +440,13 @@ pub fn from_pb(s: pb::Snapshot) -> Result<PushContext, DecodeError> {
                 let spec = serde_json::from_slice(&c.spec_json)
                     .map_err(|e| DecodeError::Corrupt(format!("Sidecar {}: {e}", what())))?;
                 data.sidecars.push(Arc::new(Config { meta, spec }));
+            }
+            Ok(pb::Kind::RequestAuthentication) => {
+                let spec = serde_json::from_slice(&c.spec_json).map_err(|e| {
+                    DecodeError::Corrupt(format!("RequestAuthentication {}: {e}", what()))
+                })?;
+                data.request_authentications
+                    .push(Arc::new(Config { meta, spec }));
             }
             Ok(pb::Kind::AuthorizationPolicy) => {
                 let spec = serde_json::from_slice(&c.spec_json).map_err(|e| {

@@ -559,3 +559,83 @@ spec: {action: CUSTOM, provider: {name: opa}, rules: [{}]}
     assert!(older.authorization_policies().is_empty());
     assert_eq!(older.services().len(), ctx.services().len());
 }
+
+/// RequestAuthentications travel as config kind 6 and the fetched key sets as snapshot
+/// field 6; both come back equal with their hashes, the direct encoder matches the
+/// generated one, and a refreshed key set changes the policy's hash (so the listeners it
+/// shapes are regenerated). A source no accepted policy names is not carried.
+#[test]
+fn request_authentications_and_their_key_sets_round_trip() {
+    use crate::push_context::{JwksOutcome, JwksSource};
+    let yaml = "\
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {name: default, namespace: istio-system}
+spec: {jwtRules: [{issuer: 'https://a', jwksUri: 'https://a/keys'}, {issuer: 'https://b'}]}
+---
+apiVersion: security.istio.io/v1beta1
+kind: RequestAuthentication
+metadata: {name: inline, namespace: shop}
+spec:
+  selector: {matchLabels: {app: cart}}
+  jwtRules: [{issuer: c, jwks: '{\"keys\":[]}', fromHeaders: [{name: x-token, prefix: 'Bearer '}]}]
+";
+    let parsed = crate::document::parse_text(std::path::Path::new("ra.yaml"), yaml);
+    assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+    let source = |issuer: &str, uri: &str| JwksSource {
+        issuer: issuer.into(),
+        jwks_uri: uri.into(),
+    };
+    let mut base = mesh(MeshShape::standard(20));
+    base.jwks = BTreeMap::from([
+        (
+            source("https://a", "https://a/keys"),
+            JwksOutcome::Keys("{\"keys\":[{\"kty\":\"EC\"}]}".into()),
+        ),
+        (
+            source("https://b", ""),
+            JwksOutcome::Failed("connection refused".into()),
+        ),
+        (
+            source("unused", "https://unused"),
+            JwksOutcome::Keys("{}".into()),
+        ),
+    ]);
+    let inputs = crate::document::to_inputs(&parsed.objects, base);
+    let ctx = push_context::build(&inputs, None).context;
+    assert_eq!(ctx.request_authentications().len(), 2);
+    assert_eq!(ctx.jwks().len(), 2, "only the sources policies name");
+    assert_eq!(
+        super::direct::encode_payload(&ctx),
+        to_pb(&ctx).encode_to_vec()
+    );
+    let decoded = dec(&encode(&ctx, &signer()).bytes, &DecodeLimits::default()).unwrap();
+    assert_eq!(decoded.data(), ctx.data());
+    assert_eq!(decoded.hashes(), ctx.hashes());
+    let cart = BTreeMap::from([("app".to_string(), "cart".to_string())]);
+    let issuers: Vec<&str> = decoded
+        .jwt_rules_for_workload("shop", &cart)
+        .iter()
+        .map(|r| r.issuer.as_str())
+        .collect();
+    assert_eq!(issuers, ["c", "https://a", "https://b"]);
+
+    // A refreshed key set: same policies, another hash for the one using it; a build
+    // without the resolver's answer keeps the previous snapshot's.
+    let mut refreshed = inputs.clone();
+    refreshed.jwks.insert(
+        source("https://a", "https://a/keys"),
+        JwksOutcome::Keys("{\"keys\":[{\"kty\":\"RSA\"}]}".into()),
+    );
+    let next = push_context::build(&refreshed, Some(&ctx)).context;
+    let key = crate::config::ConfigKey::new(
+        crate::config::ConfigKind::RequestAuthentication,
+        "istio-system",
+        "default",
+    );
+    assert_ne!(next.hashes().configs[&key], ctx.hashes().configs[&key]);
+    let mut forgotten = inputs.clone();
+    forgotten.jwks.clear();
+    let kept = push_context::build(&forgotten, Some(&ctx)).context;
+    assert_eq!(kept.jwks(), ctx.jwks());
+}

@@ -14,16 +14,17 @@ use super::notices::{service_entry_notices, sidecar_notices, virtual_service_not
 use super::references::{KnownHosts, SubsetIndex, virtual_service_references};
 use super::validate::{
     validate_authorization_policy, validate_destination_rule, validate_peer_authentication,
-    validate_service_entry, validate_sidecar, validate_virtual_service,
+    validate_request_authentication, validate_service_entry, validate_sidecar,
+    validate_virtual_service,
 };
 use super::{
-    AuthorizationPolicyConfig, Config, ConfigMeta, DestinationRuleConfig, MeshData,
-    PeerAuthenticationConfig, PushContext, SidecarConfig, VirtualServiceConfig, config_age_order,
-    delegate, visibility,
+    AuthorizationPolicyConfig, Config, ConfigMeta, DestinationRuleConfig, JwksOutcome, JwksSource,
+    MeshData, PeerAuthenticationConfig, PushContext, RequestAuthenticationConfig, SidecarConfig,
+    VirtualServiceConfig, config_age_order, delegate, visibility,
 };
 use crate::api::{
-    AuthorizationPolicy, DestinationRule, PeerAuthentication, ServiceEntry, Sidecar,
-    VirtualService, VirtualServiceSpec,
+    AuthorizationPolicy, DestinationRule, PeerAuthentication, RequestAuthentication, ServiceEntry,
+    Sidecar, VirtualService, VirtualServiceSpec,
 };
 use crate::config::{ConfigError, ConfigKey, ConfigKind};
 use crate::mesh_config::MeshConfig;
@@ -50,6 +51,11 @@ pub struct BuildInputs {
     pub service_entries: Vec<Arc<ServiceEntry>>,
     pub peer_authentications: Vec<Arc<PeerAuthentication>>,
     pub sidecars: Vec<Arc<Sidecar>>,
+    pub request_authentications: Vec<Arc<RequestAuthentication>>,
+    /// Key sets fetched for RequestAuthentications (the controller's resolver). A source
+    /// an accepted policy needs and this lacks keeps its outcome from the previous
+    /// snapshot (a new leader serves what the old one fetched until it fetches itself).
+    pub jwks: BTreeMap<JwksSource, JwksOutcome>,
     pub authorization_policies: Vec<Arc<AuthorizationPolicy>>,
     /// Findings made while reading the inputs (fields of Istio objects that Pilotfish does
     /// not know), reported with the build's own.
@@ -357,6 +363,29 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         }
     }
 
+    // RequestAuthentications: each judged alone; which apply to a workload is a query
+    // (`PushContext::jwt_rules_for_workload`).
+    let mut request_authentications: Vec<Arc<RequestAuthenticationConfig>> = Vec::new();
+    for ra in &inputs.request_authentications {
+        let meta = meta_of(&ra.metadata);
+        let validated = validate_request_authentication(ra);
+        findings.extend(validated.findings);
+        match validated.spec {
+            Some(spec) => request_authentications.push(Arc::new(Config { meta, spec })),
+            None => {
+                if let Some(prev) = previous.and_then(|p| find(p.request_authentications(), &meta))
+                {
+                    kept_previous.push(ConfigKey::new(
+                        ConfigKind::RequestAuthentication,
+                        &meta.namespace,
+                        &meta.name,
+                    ));
+                    request_authentications.push(prev.clone());
+                }
+            }
+        }
+    }
+
     // AuthorizationPolicies: each judged alone; which ones apply to a workload is a query
     // (`PushContext::authorization_for_workload`). A CUSTOM policy is an error but kept:
     // the generators render it as DENY rules.
@@ -393,6 +422,8 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
             }
         }
     }
+    let jwks = resolved_jwks(&request_authentications, &inputs.jwks, previous);
+    findings.extend(unfetched_key_sets(&request_authentications, &jwks));
 
     findings.sort();
     findings.dedup();
@@ -406,6 +437,10 @@ pub fn build(inputs: &BuildInputs, previous: Option<&PushContext>) -> BuildOutpu
         peer_authentications,
         sidecars,
     );
+    request_authentications
+        .sort_by(|a, b| (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name)));
+    data.request_authentications = request_authentications;
+    data.jwks = jwks;
     authorization_policies
         .sort_by(|a, b| (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name)));
     data.authorization_policies = authorization_policies;
@@ -522,8 +557,69 @@ fn assemble(
         destination_rules,
         peer_authentications,
         sidecars,
+        request_authentications: Vec::new(),
+        jwks: BTreeMap::new(),
         authorization_policies: Vec::new(),
     }
+}
+
+/// A warning on each JWT rule whose key set could not be fetched, naming the rule, the
+/// URI and why: its tokens are rejected (fail closed) until a fetch succeeds.
+fn unfetched_key_sets(
+    policies: &[Arc<RequestAuthenticationConfig>],
+    jwks: &BTreeMap<JwksSource, JwksOutcome>,
+) -> Vec<ConfigError> {
+    let mut out = Vec::new();
+    for ra in policies {
+        let key = ConfigKey::new(
+            ConfigKind::RequestAuthentication,
+            &ra.meta.namespace,
+            &ra.meta.name,
+        );
+        for (i, rule) in ra.spec.jwt_rules.iter().enumerate() {
+            let Some(source) = JwksSource::of_rule(rule) else {
+                continue;
+            };
+            if let Some(JwksOutcome::Failed(why)) = jwks.get(&source) {
+                let field = if rule.jwks_uri.is_empty() {
+                    "issuer"
+                } else {
+                    "jwksUri"
+                };
+                out.push(ConfigError::warning(
+                    &key,
+                    format!("spec.jwtRules[{i}].{field}"),
+                    format!(
+                        "the key set of {} could not be fetched ({why}): tokens of issuer {:?} are rejected until it is",
+                        source.first_url(),
+                        rule.issuer
+                    ),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The key-set outcome of every source the accepted policies need: the resolver's, else
+/// the previous snapshot's; sources no policy needs any more are dropped.
+fn resolved_jwks(
+    policies: &[Arc<RequestAuthenticationConfig>],
+    fetched: &BTreeMap<JwksSource, JwksOutcome>,
+    previous: Option<&PushContext>,
+) -> BTreeMap<JwksSource, JwksOutcome> {
+    policies
+        .iter()
+        .flat_map(|ra| ra.spec.jwt_rules.iter())
+        .filter_map(JwksSource::of_rule)
+        .filter_map(|source| {
+            let outcome = fetched
+                .get(&source)
+                .or_else(|| previous.and_then(|p| p.jwks().get(&source)))?
+                .clone();
+            Some((source, outcome))
+        })
+        .collect()
 }
 
 fn find<'a, T>(list: &'a [Arc<Config<T>>], meta: &ConfigMeta) -> Option<&'a Arc<Config<T>>> {

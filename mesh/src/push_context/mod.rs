@@ -7,7 +7,9 @@
 //! applies to a proxy (proxy namespace, then the service's namespace, then the root
 //! namespace; workload-selector rules before general ones; most specific host first;
 //! same-host rules merged oldest first), each subject to `exportTo` (`visibility`), and which mutual TLS mode a workload's inbound
-//! ports take from PeerAuthentications (mesh, namespace, workload; `peer_authn`).
+//! ports take from PeerAuthentications (mesh, namespace, workload; `peer_authn`), and which
+//! JWT rules (RequestAuthentication) and key sets a sidecar verifies tokens with
+//! (`request_authn`).
 
 pub mod authz;
 mod build;
@@ -17,6 +19,7 @@ pub mod hosts;
 pub mod notices;
 pub mod peer_authn;
 mod references;
+pub mod request_authn;
 mod service_entry;
 pub mod sidecar;
 mod validate;
@@ -28,7 +31,10 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use xxhash_rust::xxh3::Xxh3Default;
 
-use crate::api::{DestinationRuleSpec, PeerAuthenticationSpec, SidecarSpec, VirtualServiceSpec};
+use crate::api::{
+    DestinationRuleSpec, JwtRule, PeerAuthenticationSpec, RequestAuthenticationSpec, SidecarSpec,
+    VirtualServiceSpec,
+};
 use crate::config::{ConfigKey, ConfigKind};
 use crate::mesh_config::MeshConfig;
 use crate::model::{Proxy, Service, ServiceEndpoints};
@@ -37,10 +43,11 @@ pub use authz::{AuthorizationPolicyConfig, AuthorizationPolicyEntry, WorkloadAut
 pub use build::{BuildInputs, BuildOutput, build, build_endpoints_only};
 pub use diff::{ChangeSummary, diff};
 pub use peer_authn::EffectiveMtls;
+pub use request_authn::{JwksOutcome, JwksSource};
 pub use validate::{
     is_valid_cipher_suite, validate_authorization_policy, validate_destination_rule,
-    validate_peer_authentication, validate_service_entry, validate_sidecar,
-    validate_virtual_service,
+    validate_peer_authentication, validate_request_authentication, validate_service_entry,
+    validate_sidecar, validate_virtual_service,
 };
 use visibility::DestinationRuleIndex;
 
@@ -65,6 +72,7 @@ pub type VirtualServiceConfig = Config<VirtualServiceSpec>;
 pub type DestinationRuleConfig = Config<DestinationRuleSpec>;
 pub type PeerAuthenticationConfig = Config<PeerAuthenticationSpec>;
 pub type SidecarConfig = Config<SidecarSpec>;
+pub type RequestAuthenticationConfig = Config<RequestAuthenticationSpec>;
 
 /// Everything a snapshot holds; [`PushContext`] adds indexes over it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -84,6 +92,10 @@ pub struct MeshData {
     /// Sorted by (namespace, name).
     pub sidecars: Vec<Arc<SidecarConfig>>,
     /// Sorted by (namespace, name).
+    pub request_authentications: Vec<Arc<RequestAuthenticationConfig>>,
+    /// The fetched key set (or why there is none) of every source the accepted
+    /// RequestAuthentications need: resolved by the controller, served as is.
+    pub jwks: std::collections::BTreeMap<JwksSource, JwksOutcome>,
     pub authorization_policies: Vec<Arc<AuthorizationPolicyConfig>>,
 }
 
@@ -235,6 +247,22 @@ impl PushContext {
                 spec_hash(&sc.meta, &sc.spec),
             );
         }
+        for ra in &data.request_authentications {
+            // The key sets its rules use are part of what it means to a sidecar: a
+            // refreshed set changes the policy's hash, so the listeners it shapes follow.
+            let mut hash = spec_hash(&ra.meta, &ra.spec);
+            for rule in &ra.spec.jwt_rules {
+                hash = item_hash(&(hash, request_authn::local_jwks(rule, &data.jwks)));
+            }
+            hashes.configs.insert(
+                ConfigKey::new(
+                    ConfigKind::RequestAuthentication,
+                    &ra.meta.namespace,
+                    &ra.meta.name,
+                ),
+                hash,
+            );
+        }
         let mut ap_by_namespace: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, ap) in data.authorization_policies.iter().enumerate() {
             hashes.configs.insert(
@@ -357,6 +385,49 @@ impl PushContext {
     /// Every accepted Sidecar, sorted by (namespace, name).
     pub fn sidecars(&self) -> &[Arc<SidecarConfig>] {
         &self.data.sidecars
+    }
+
+    /// Every accepted RequestAuthentication, sorted by (namespace, name).
+    pub fn request_authentications(&self) -> &[Arc<RequestAuthenticationConfig>] {
+        &self.data.request_authentications
+    }
+
+    /// The fetched key sets (or failures) of the RequestAuthentications' sources.
+    pub fn jwks(&self) -> &std::collections::BTreeMap<JwksSource, JwksOutcome> {
+        &self.data.jwks
+    }
+
+    /// The JWT rules that apply to a sidecar workload, ordered by issuer
+    /// ([`request_authn::rules_for_workload`]).
+    pub fn jwt_rules_for_workload(
+        &self,
+        namespace: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> Vec<&JwtRule> {
+        request_authn::rules_for_workload(
+            &self.data.mesh.root_namespace,
+            namespace,
+            labels,
+            &self.data.request_authentications,
+        )
+    }
+
+    /// Every key-set source the accepted RequestAuthentications need fetched, with the
+    /// longest fetch timeout of the rules naming it.
+    pub fn jwks_sources(&self) -> std::collections::BTreeMap<JwksSource, std::time::Duration> {
+        let mut out = std::collections::BTreeMap::new();
+        for rule in self
+            .data
+            .request_authentications
+            .iter()
+            .flat_map(|ra| ra.spec.jwt_rules.iter())
+        {
+            if let Some(source) = JwksSource::of_rule(rule) {
+                let timeout = out.entry(source).or_insert(rule.fetch_timeout());
+                *timeout = (*timeout).max(rule.fetch_timeout());
+            }
+        }
+        out
     }
 
     /// Every accepted AuthorizationPolicy, sorted by (namespace, name).

@@ -124,6 +124,7 @@ fn valid_documents_round_trip() {
             IstioResource::ServiceEntry(o) => serde_json::to_value(o),
             IstioResource::PeerAuthentication(o) => serde_json::to_value(o),
             IstioResource::Sidecar(o) => serde_json::to_value(o),
+            IstioResource::RequestAuthentication(o) => serde_json::to_value(o),
             IstioResource::AuthorizationPolicy(o) => serde_json::to_value(o),
         }
         .unwrap();
@@ -505,7 +506,11 @@ fn the_corpus_uses_every_field_of_every_schema() {
         let missing: Vec<String> = declared
             .iter()
             .map(|p| fold_shared_messages(p))
+            // `jwks_uri` is the proto spelling of `jwksUri` (Istio's CRD declares both); it
+            // reads into the same field and is written back as `jwksUri`, so it cannot
+            // round-trip here: the API type's unit test covers it.
             .filter(|p| !p.starts_with(".status") && !used.contains(p))
+            .filter(|p| p != ".spec.jwtRules[].jwks_uri")
             // Only CUSTOM takes a provider, and Pilotfish refuses CUSTOM: the invalid
             // corpus uses it (invalid/ap-custom.yaml).
             .filter(|p| {

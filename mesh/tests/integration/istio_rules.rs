@@ -1,6 +1,6 @@
 //! Istio's validation rules as a table (`tests/data/istio-rules.yaml`): every rule Istio
 //! 1.30.3 applies to VirtualServices, DestinationRules, ServiceEntries,
-//! PeerAuthentications and Sidecars — the webhook's
+//! PeerAuthentications, Sidecars and RequestAuthentications — the webhook's
 //! and the CRD schema's — is a case citing that rule, with Istio's verdict as the expected
 //! value. Each case runs through Pilotfish's validator for its kind, alone (as Istio judges
 //! it), and must get the same verdict, naming the cited field.
@@ -8,13 +8,14 @@
 use std::path::Path;
 
 use pilotfish_mesh::api::{
-    AuthorizationPolicy, DestinationRule, IstioResource, PeerAuthentication, ServiceEntry, Sidecar,
-    VirtualService,
+    AuthorizationPolicy, DestinationRule, IstioResource, PeerAuthentication, RequestAuthentication,
+    ServiceEntry, Sidecar, VirtualService,
 };
 use pilotfish_mesh::config::{ConfigError, Severity};
 use pilotfish_mesh::push_context::{
     validate_authorization_policy, validate_destination_rule, validate_peer_authentication,
-    validate_service_entry, validate_sidecar, validate_virtual_service,
+    validate_request_authentication, validate_service_entry, validate_sidecar,
+    validate_virtual_service,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -57,7 +58,10 @@ fn object(case: &Case) -> Value {
             metadata[k] = v.clone();
         }
     }
-    let group = if case.kind == "PeerAuthentication" || case.kind == "AuthorizationPolicy" {
+    let group = if matches!(
+        case.kind.as_str(),
+        "PeerAuthentication" | "RequestAuthentication" | "AuthorizationPolicy"
+    ) {
         "security.istio.io"
     } else {
         "networking.istio.io"
@@ -89,6 +93,9 @@ fn findings(case: &Case) -> Vec<ConfigError> {
             validate_peer_authentication(&PeerAuthentication::clone(&pa)).findings
         }
         IstioResource::Sidecar(sc) => validate_sidecar(&Sidecar::clone(&sc)).findings,
+        IstioResource::RequestAuthentication(ra) => {
+            validate_request_authentication(&RequestAuthentication::clone(&ra)).findings
+        }
         IstioResource::AuthorizationPolicy(ap) => {
             validate_authorization_policy(&AuthorizationPolicy::clone(&ap)).findings
         }

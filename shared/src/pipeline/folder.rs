@@ -22,6 +22,7 @@ use super::debounce::{ChangeClass, Debouncer};
 use super::seed::{Seed, SeedEvent};
 use super::{Built, Pipeline, metrics};
 use crate::bus::{BusError, EpochGrant, PublishOutcome, SnapshotRef, wall_clock_epoch_floor};
+use crate::jwks::JwksLink;
 use crate::retry::{Backoff, Retry, sleep_until_opt};
 use crate::source::{DirSource, FolderWatch};
 use pilotfish_mesh::push_context::BuildInputs;
@@ -70,6 +71,9 @@ pub struct FolderLoop {
     /// A rescan without a filesystem event, in case an event was missed (network
     /// filesystems, ConfigMap volume swaps).
     pub resync_every: Duration,
+    /// The JWKS resolver this loop feeds and reads (`None`: rules that need a fetched key
+    /// set fail closed).
+    pub jwks: Option<JwksLink>,
 }
 
 /// The longest the first build waits for files that keep changing (it always waits for
@@ -127,6 +131,7 @@ impl FolderLoop {
         // The first build waits until the folder was read whole once.
         let mut read_whole = false;
         let mut unbuilt_change = false;
+        let mut resolved = self.jwks.as_ref().map(|link| link.resolved.clone());
         loop {
             let due = debounce.deadline().map(Instant::from_std);
             tokio::select! {
@@ -138,6 +143,11 @@ impl FolderLoop {
                     debounce.event(std::time::Instant::now(), ChangeClass::Config);
                 }
                 _ = resync.tick() => debounce.event(std::time::Instant::now(), ChangeClass::Config),
+                // Newly fetched key sets: a build of the same files, with them.
+                _ = crate::jwks::changed(&mut resolved) => {
+                    unbuilt_change = true;
+                    debounce.event(std::time::Instant::now(), ChangeClass::Config);
+                }
                 _ = sleep_until_opt(rescan_at) => {
                     rescan_at = None;
                     debounce.event(std::time::Instant::now(), ChangeClass::Config);
@@ -163,7 +173,16 @@ impl FolderLoop {
                     read_whole = true;
                     if unbuilt_change || pipeline.previous().is_none() {
                         unbuilt_change = false;
-                        pending = Some(pipeline.build(source.inputs(self.base.clone()), false).await);
+                        let mut base = self.base.clone();
+                        if let Some(link) = &self.jwks {
+                            base.jwks = link.current();
+                        }
+                        let built = pipeline.build(source.inputs(base), false).await;
+                        if let Some(link) = &self.jwks {
+                            // This loop is the only publisher of its prefix: it fetches.
+                            link.want(built.context.jwks_sources(), true);
+                        }
+                        pending = Some(built);
                         publish.reset();
                         publish.schedule_at(Instant::now());
                     }
@@ -268,6 +287,7 @@ mod tests {
             debounce_after: Duration::from_millis(20),
             debounce_max: Duration::from_millis(200),
             resync_every: Duration::from_secs(3600),
+            jwks: None,
         };
         let observer = seen.clone();
         let task = tokio::spawn(async move { looped.run(pipeline, None, &*observer).await });

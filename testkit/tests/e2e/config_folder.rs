@@ -56,6 +56,14 @@ apiVersion: security.istio.io/v1
 kind: PeerAuthentication
 metadata: {name: default, namespace: istio-system}
 spec: {mtls: {mode: STRICT}}
+---
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {name: tokens, namespace: bookinfo}
+spec:
+  jwtRules:
+  - issuer: https://issuer.example.com
+    jwks: '{\"keys\":[{\"kty\":\"EC\",\"crv\":\"P-256\",\"x\":\"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU\",\"y\":\"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0\"}]}'
 ";
 
 fn service(name: &str) -> String {
@@ -144,6 +152,11 @@ fn a_mixed_folder_is_served_and_a_quiet_folder_costs_nothing() {
         serde_json::json!(["bookinfo/default"]),
         "{snapshot}"
     );
+    assert_eq!(
+        snapshot["request_authentications"],
+        serde_json::json!(["bookinfo/tokens"]),
+        "{snapshot}"
+    );
     // AuthorizationPolicy is read too (bookinfo's allow-nothing policy).
     assert_eq!(
         snapshot["authorization_policies"],
@@ -153,6 +166,7 @@ fn a_mixed_folder_is_served_and_a_quiet_folder_costs_nothing() {
     for kind in [
         "security.istio.io/v1/PeerAuthentication",
         "networking.istio.io/v1/Sidecar",
+        "security.istio.io/v1/RequestAuthentication",
         "security.istio.io/v1/AuthorizationPolicy",
     ] {
         assert_eq!(
@@ -485,4 +499,66 @@ fn a_configmap_volume_swap_is_picked_up_whole() {
         );
     }
     assert_eq!(history.len(), 4, "one publish per version of the volume");
+}
+
+/// Standalone, the xDS process publishes its folder itself, so it is what fetches the key
+/// sets (from a real HTTP server on 127.0.0.1 here): the RequestAuthentication's jwksUri is
+/// fetched once and served, an unreachable one is recorded as failed.
+#[test]
+fn standalone_fetches_the_key_sets_its_folder_names() {
+    use std::io::{Read, Write};
+    const KEYS: &str = r#"{"keys":[{"kty":"EC","crv":"P-256","kid":"standalone","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}"#;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = hits.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{KEYS}",
+                KEYS.len()
+            );
+        }
+    });
+    let unreachable = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("tokens.yaml"),
+        format!(
+            "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {{name: tokens, namespace: default}}\nspec:\n  jwtRules:\n  - {{issuer: 'https://a.example.com', jwksUri: 'http://{addr}/jwks.json'}}\n  - {{issuer: 'https://b.example.com', jwksUri: 'http://{unreachable}/jwks.json', timeout: 500ms}}\n"
+        ),
+    )
+    .unwrap();
+    let server = XdsServer::standalone("xds-jwks", dir.path()).expect("start pilotfish-xds");
+    let jwks = eventually("both key sets resolved in the served snapshot", || {
+        let snapshot = server.admin_json("/debug/snapshot").ok()?;
+        let jwks = snapshot["jwks"].as_array()?.clone();
+        (jwks.len() == 2).then_some(jwks)
+    });
+    let fetched: Vec<bool> = jwks
+        .iter()
+        .map(|j| j["fetched"].as_bool().unwrap())
+        .collect();
+    assert_eq!(fetched, [true, false], "{jwks:?}");
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(
+        server
+            .metric("pilotfish_jwks_fetches_total", "result=\"success\"")
+            .unwrap_or(0.0)
+            >= 1.0
+    );
 }

@@ -15,12 +15,13 @@ use crate::support::Cluster;
 const NAMESPACE: &str = "pilotfish-system";
 const NAMESPACED_KINDS: &str = "deployments,services,serviceaccounts,configmaps,secrets,poddisruptionbudgets,horizontalpodautoscalers,networkpolicies,roles,rolebindings";
 const CLUSTER_KINDS: &str = "clusterroles,clusterrolebindings";
-const CRDS: [&str; 6] = [
+const CRDS: [&str; 7] = [
     "destinationrules.networking.istio.io",
     "serviceentries.networking.istio.io",
     "sidecars.networking.istio.io",
     "virtualservices.networking.istio.io",
     "peerauthentications.security.istio.io",
+    "requestauthentications.security.istio.io",
     "authorizationpolicies.security.istio.io",
 ];
 

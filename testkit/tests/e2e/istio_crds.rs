@@ -64,6 +64,7 @@ async fn the_istio_crds_and_corpus_apply_with_kubectl() {
         "serviceentries.networking.istio.io",
         "sidecars.networking.istio.io",
         "peerauthentications.security.istio.io",
+        "requestauthentications.security.istio.io",
         "authorizationpolicies.security.istio.io",
     ] {
         cluster
@@ -107,6 +108,7 @@ async fn the_istio_crds_and_corpus_apply_with_kubectl() {
         "serviceentries",
         "sidecars",
         "peerauthentications",
+        "requestauthentications",
         "authorizationpolicies",
     ]
     .into_iter()

@@ -60,6 +60,7 @@ use super::eds::socket_address;
 use super::findings::Finding;
 use super::inbound_mtls::{self, ChainProtocol};
 use super::inbound_tls;
+use super::jwt_authn::{self, ResolvedJwtRule};
 use super::l4::{cidr, cidr_key, l4_chains, tcp_proxy_filter};
 use super::names;
 use super::plan::{ClusterPlan, OutboundPlan, OutboundPort, bound_listeners, outbound_ports};
@@ -483,6 +484,7 @@ fn sidecar_hcm(
 pub fn sidecar_inbound_listener(
     inbound: &[InboundPort],
     mtls: &EffectiveMtls,
+    jwt_rules: &[ResolvedJwtRule],
     trust_domain: &str,
     rbac: &InboundRbac,
 ) -> Listener {
@@ -564,9 +566,11 @@ pub fn sidecar_inbound_listener(
                         validate_clusters: bool_value(false),
                         ..Default::default()
                     }),
-                    rbac.http
-                        .iter()
-                        .cloned()
+                    // Istio's order: RequestAuthentication (jwt_authn), then authorization
+                    // (RBAC), then gRPC-Web and the router.
+                    jwt_authn::jwt_authn_filter(jwt_rules)
+                        .into_iter()
+                        .chain(rbac.http.iter().cloned())
                         .chain((p.protocol == Protocol::GrpcWeb).then(grpc_web_filter))
                         .chain([http_filter(ROUTER_FILTER, any(&Router::default()))])
                         .collect(),
@@ -649,6 +653,7 @@ fn inbound_chain_name(p: &InboundPort) -> String {
 pub fn bound_inbound_listeners(
     inbound: &[InboundPort],
     mtls: &EffectiveMtls,
+    jwt_rules: &[ResolvedJwtRule],
     trust_domain: &str,
     rbac: &InboundRbac,
 ) -> Vec<Listener> {
@@ -661,12 +666,17 @@ pub fn bound_inbound_listeners(
                 bound: false,
                 ..p.clone()
             };
-            let chains: Vec<FilterChain> =
-                sidecar_inbound_listener(std::slice::from_ref(&unbound), mtls, trust_domain, rbac)
-                    .filter_chains
-                    .into_iter()
-                    .filter(|c| c.name == name)
-                    .collect();
+            let chains: Vec<FilterChain> = sidecar_inbound_listener(
+                std::slice::from_ref(&unbound),
+                mtls,
+                jwt_rules,
+                trust_domain,
+                rbac,
+            )
+            .filter_chains
+            .into_iter()
+            .filter(|c| c.name == name)
+            .collect();
             Listener {
                 name,
                 address: Some(listener_address(

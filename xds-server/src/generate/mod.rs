@@ -13,7 +13,8 @@
 //!
 //! Layout: [`scope`] (what a proxy's output depends on), [`plan`] (the outbound clusters
 //! every type is derived from), [`policy`] (DestinationRule merge), [`cds`], [`eds`],
-//! [`lds`] with [`inbound_mtls`] (PeerAuthentication's inbound chains),
+//! [`lds`] with [`inbound_mtls`] (PeerAuthentication's inbound chains), [`jwt_authn`]
+//! (RequestAuthentication's filter),
 //! [`proxyless_inbound`] (a proxyless gRPC server's listeners, named by the address it
 //! binds, so asked for by name only), [`rds`] with
 //! [`route`] (VirtualService translation, then the proxyless pass) and [`tls`], [`names`] (Istio's resource names and domains), [`util`], [`json`];
@@ -32,6 +33,7 @@ pub mod identities;
 pub mod inbound_mtls;
 pub mod inbound_tls;
 pub mod json;
+pub mod jwt_authn;
 pub mod l4;
 pub mod lds;
 pub mod metrics;

@@ -35,11 +35,13 @@ use pilotfish_mesh::model::{
     Locality, Protocol, Proxy, ProxyGenerator, Service, TargetPort, labels_match,
 };
 use pilotfish_mesh::push_context::{
-    AuthorizationPolicyConfig, EffectiveMtls, PeerAuthenticationConfig, PushContext, SidecarConfig,
-    WorkloadAuthorization, authz, peer_authn,
+    AuthorizationPolicyConfig, EffectiveMtls, JwksOutcome, JwksSource, PeerAuthenticationConfig,
+    PushContext, RequestAuthenticationConfig, SidecarConfig, WorkloadAuthorization, authz,
+    peer_authn, request_authn,
     sidecar::{inbound_connection_pool, select_sidecar},
 };
 
+use super::jwt_authn::{self, ResolvedJwtRule};
 use super::names::{TLS_MODE_ISTIO, TLS_MODE_LABEL};
 
 /// The two families of output.
@@ -164,6 +166,9 @@ pub struct Scope {
     /// The mutual TLS mode of the proxy's workload (PeerAuthentication; for a proxyless
     /// server mapped by [`proxyless_server_mtls`]).
     pub inbound_mtls: Option<EffectiveMtls>,
+    /// The JWT rules (RequestAuthentication) a sidecar's workload verifies, with their
+    /// key sets; empty for proxyless clients.
+    pub inbound_jwt: Arc<[ResolvedJwtRule]>,
     /// The AuthorizationPolicies that apply to the workload (indexes into the snapshot's,
     /// in Istio's order: root namespace first, each namespace oldest first), for sidecars
     /// and proxyless servers alike.
@@ -210,6 +215,7 @@ impl Scope {
             Part::InboundListener => {
                 s.inbound = self.inbound.clone();
                 s.inbound_mtls = self.inbound_mtls.clone();
+                s.inbound_jwt = self.inbound_jwt.clone();
                 s.authz = self.authz.clone();
             }
             Part::OutboundClusters => {
@@ -272,6 +278,9 @@ pub struct ScopeIndex {
     peer_authentications: HashMap<String, Vec<Arc<PeerAuthenticationConfig>>>,
     /// The snapshot's Sidecars, in its order (scopes hold indexes into it).
     sidecars: Vec<Arc<SidecarConfig>>,
+    /// The snapshot's RequestAuthentications and the key sets their rules use.
+    request_authentications: Vec<Arc<RequestAuthenticationConfig>>,
+    jwks: BTreeMap<JwksSource, JwksOutcome>,
     /// The snapshot's AuthorizationPolicies (scopes hold indexes into them), and per
     /// namespace their indexes, oldest first.
     authorization_policies: Vec<Arc<AuthorizationPolicyConfig>>,
@@ -284,6 +293,8 @@ impl ScopeIndex {
             root_namespace: push.mesh().root_namespace.clone(),
             named_namespaces: named_namespaces(push),
             sidecars: push.sidecars().to_vec(),
+            request_authentications: push.request_authentications().to_vec(),
+            jwks: push.jwks().clone(),
             authorization_policies: push.authorization_policies().to_vec(),
             ..ScopeIndex::default()
         };
@@ -530,6 +541,18 @@ impl ScopeIndex {
                 Some(proxyless_server_mtls(self.mtls(proxy), &proxy.labels)),
             ),
         };
+        let inbound_jwt = match flavor {
+            Flavor::Sidecar => {
+                let rules = request_authn::rules_for_workload(
+                    &self.root_namespace,
+                    &proxy.namespace,
+                    &proxy.labels,
+                    &self.request_authentications,
+                );
+                jwt_authn::resolve(&rules, &self.jwks)
+            }
+            Flavor::Proxyless => Arc::from([]),
+        };
         Scope {
             flavor: Some(flavor),
             namespace: self.namespace_class(&proxy.namespace),
@@ -540,6 +563,7 @@ impl ScopeIndex {
             failover_labels,
             inbound,
             inbound_mtls,
+            inbound_jwt,
             authz: self.authz(proxy),
         }
     }

@@ -666,12 +666,14 @@ impl GeneratedSnapshot {
                 let mut listeners = vec![lds::sidecar_inbound_listener(
                     &scope.inbound,
                     &mtls,
+                    &scope.inbound_jwt,
                     trust_domain,
                     &rbac,
                 )];
                 listeners.extend(lds::bound_inbound_listeners(
                     &scope.inbound,
                     &mtls,
+                    &scope.inbound_jwt,
                     trust_domain,
                     &rbac,
                 ));

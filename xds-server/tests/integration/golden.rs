@@ -1,5 +1,7 @@
 //! Golden files of the generators: for each case under `tests/golden/<case>/` (input
-//! `input.yaml`, optional `mesh.yaml` and `flags` (server switches, one a line); the bookinfo case reads `examples/bookinfo/`), the
+//! `input.yaml`, optional `mesh.yaml` and `flags` (server switches, one a line), optional
+//! `jwks.json` — the key sets the controller's resolver fetched, or why it could not; the
+//! bookinfo case reads `examples/bookinfo/`), the
 //! CDS, EDS, LDS and RDS a sidecar and a proxyless client receive, as proto JSON in
 //! `<node>.<type>.json`. `UPDATE_GOLDEN=1` rewrites them; review the diff.
 //!
@@ -33,7 +35,7 @@ use envoy_types::pb::google::protobuf::{Any, Duration};
 use pilotfish_mesh::document::{MeshObject, parse_text, to_inputs};
 use pilotfish_mesh::mesh_config::MeshConfig;
 use pilotfish_mesh::model::{Proxy, ProxyGenerator};
-use pilotfish_mesh::push_context::{BuildInputs, build};
+use pilotfish_mesh::push_context::{BuildInputs, JwksOutcome, JwksSource, build};
 use pilotfish_xds::ads::{ChangeKind, Resource, XdsSnapshot, XdsType};
 use pilotfish_xds::generate::{GeneratedSnapshot, check_view, resources_json, view_of};
 use prost::{Message, Name};
@@ -80,6 +82,10 @@ const CASES: &[(&str, Option<&str>, &str)] = &[
     ("sidecar-registry-only", None, "client"),
     ("sidecar-egress-proxy", None, "client"),
     ("sidecar-ingress", None, "client"),
+    ("jwt-inline", None, "client"),
+    ("jwt-jwks-uri", None, "client"),
+    ("jwt-selection", None, "client"),
+    ("jwt-authz", None, "client"),
     ("sidecar-inbound-pool", None, "client"),
     ("sidecar-ingress-bind", None, "client"),
     ("sidecar-egress-routes", None, "client"),
@@ -202,6 +208,42 @@ fn load(case: &str, source: Option<&str>) -> (Vec<MeshObject>, MeshConfig) {
     (objects, mesh)
 }
 
+/// A case's fetched key sets (`jwks.json`: a list of `issuer`, `jwksUri` and either
+/// `keys` or `error`), standing in for the controller's resolver.
+fn resolved_jwks(case: &str) -> BTreeMap<JwksSource, JwksOutcome> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Entry {
+        issuer: String,
+        #[serde(default)]
+        jwks_uri: String,
+        keys: Option<String>,
+        error: Option<String>,
+    }
+    let file = golden_dir(case).join("jwks.json");
+    let Ok(text) = std::fs::read_to_string(&file) else {
+        return BTreeMap::new();
+    };
+    let entries: Vec<Entry> = serde_json::from_str(&text).expect("jwks.json");
+    entries
+        .into_iter()
+        .map(|e| {
+            let outcome = match (e.keys, e.error) {
+                (Some(keys), None) => JwksOutcome::Keys(keys),
+                (None, Some(error)) => JwksOutcome::Failed(error),
+                _ => panic!("{case}: a jwks.json entry has keys or an error"),
+            };
+            (
+                JwksSource {
+                    issuer: e.issuer,
+                    jwks_uri: e.jwks_uri,
+                },
+                outcome,
+            )
+        })
+        .collect()
+}
+
 /// A case's snapshot and its two nodes.
 pub fn case_snapshot(
     case: &str,
@@ -217,6 +259,7 @@ pub fn case_snapshot(
         BuildInputs {
             mesh,
             cluster_domain: "cluster.local".into(),
+            jwks: resolved_jwks(case),
             enable_tls_on_sidecar_ingress: flag("enable-tls-on-sidecar-ingress"),
             ..Default::default()
         },

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use pilotfish_mesh::document::{parse_text, to_inputs};
 use pilotfish_mesh::model::{Proxy, ProxyGenerator};
-use pilotfish_mesh::push_context::{BuildInputs, PushContext, build};
+use pilotfish_mesh::push_context::{BuildInputs, JwksOutcome, JwksSource, PushContext, build};
 use pilotfish_xds::ads::{ChangeKind, XdsType};
 use pilotfish_xds::generate::scope::Part;
 use pilotfish_xds::generate::{Auditor, GeneratedSnapshot, check_snapshot};
@@ -42,6 +42,9 @@ struct Mesh {
     wildcard: Option<u32>,
     /// PeerAuthentication STRICT in ns0.
     strict: bool,
+    /// A RequestAuthentication for svc0's workload whose jwksUri's key set is at this
+    /// revision (the controller's resolver fetched it; 0: the fetch failed).
+    jwt: Option<u8>,
     /// An AuthorizationPolicy in ns0 denying svc0's workload one port (its content changes
     /// while its place in the snapshot does not).
     authz: Option<u8>,
@@ -56,6 +59,7 @@ impl Mesh {
             source_labels: false,
             wildcard: None,
             strict: false,
+            jwt: None,
             authz: None,
         }
     }
@@ -173,6 +177,16 @@ spec:
   mtls: {mode: STRICT}
 ";
         }
+        if self.jwt.is_some() {
+            out += "---
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {name: tokens, namespace: ns0}
+spec:
+  selector: {matchLabels: {app: svc0}}
+  jwtRules: [{issuer: 'https://issuer.example.com', jwksUri: 'https://keys.example.com/jwks.json'}]
+";
+        }
         if let Some(port) = self.authz {
             out += &format!(
                 "---
@@ -197,12 +211,34 @@ spec:
             &parsed.objects,
             BuildInputs {
                 cluster_domain: "cluster.local".into(),
+                jwks: self.key_sets(),
                 ..Default::default()
             },
         );
         // Objects the builder rejects (a route to a removed service) are left out the
         // same way for both snapshots compared.
         Arc::new(build(&inputs, None).context)
+    }
+}
+
+impl Mesh {
+    fn key_sets(&self) -> BTreeMap<JwksSource, JwksOutcome> {
+        let Some(revision) = self.jwt else {
+            return BTreeMap::new();
+        };
+        let outcome = match revision {
+            0 => JwksOutcome::Failed("connection refused".into()),
+            r => JwksOutcome::Keys(format!(
+                r#"{{"keys":[{{"kty":"RSA","kid":"r{r}","e":"AQAB","n":"xAE7eB6qugXyCAG3"}}]}}"#
+            )),
+        };
+        BTreeMap::from([(
+            JwksSource {
+                issuer: "https://issuer.example.com".into(),
+                jwks_uri: "https://keys.example.com/jwks.json".into(),
+            },
+            outcome,
+        )])
     }
 }
 
@@ -334,6 +370,7 @@ enum Edit {
     SourceLabels,
     Wildcard(Option<u32>),
     Strict,
+    Jwt(Option<u8>),
     Authz(Option<u8>),
 }
 
@@ -351,6 +388,7 @@ fn edit() -> impl Strategy<Value = Edit> {
         1 => Just(Edit::SourceLabels),
         1 => proptest::option::of(1u32..100).prop_map(Edit::Wildcard),
         1 => Just(Edit::Strict),
+        1 => proptest::option::of(0u8..3).prop_map(Edit::Jwt),
         1 => proptest::option::of(0u8..3).prop_map(Edit::Authz),
     ]
 }
@@ -374,6 +412,7 @@ impl Mesh {
             Edit::SourceLabels => self.source_labels = !self.source_labels,
             Edit::Wildcard(w) => self.wildcard = w,
             Edit::Strict => self.strict = !self.strict,
+            Edit::Jwt(revision) => self.jwt = revision,
             Edit::Authz(port) => self.authz = port,
         }
     }
@@ -532,4 +571,32 @@ spec:
         served(&named, &[claimed(10)]),
         "made-up-8 is matched by svc2's VirtualService"
     );
+}
+
+/// A rotated key set reaches the selected workload's inbound listener in a snapshot made
+/// from the previous one (the policy's hash follows its key sets), and only there.
+#[test]
+fn a_rotated_key_set_regenerates_the_selected_workloads_inbound_listener() {
+    let proxies = proxies();
+    let mut mesh = Mesh::new(6);
+    mesh.jwt = Some(1);
+    let first = Arc::new(GeneratedSnapshot::new(mesh.push(), 1, ChangeKind::Full));
+    let before = served(&first, &proxies);
+    mesh.jwt = Some(2);
+    let next = GeneratedSnapshot::following(&first, mesh.push(), 2);
+    let after = served(&next, &proxies);
+    let inbound = |served: &Served, proxy: usize| {
+        // The listener type of one proxy, virtualInbound's bytes.
+        served[proxy * TYPES.len() + 2]
+            .get("virtualInbound")
+            .map(|(_, bytes)| bytes.clone())
+    };
+    let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
+    // proxies()[0] is svc0's workload in ns0: its listener now carries revision 2.
+    let old = text(inbound(&before, 0).expect("an inbound listener"));
+    let new = text(inbound(&after, 0).expect("an inbound listener"));
+    assert!(old.contains("\"kid\":\"r1\"") && new.contains("\"kid\":\"r2\""));
+    // The bare sidecar of ns0 is not selected: no filter, unchanged.
+    assert_eq!(inbound(&before, 1), inbound(&after, 1));
+    assert!(!text(inbound(&after, 1).expect("an inbound listener")).contains("jwt_authn"));
 }

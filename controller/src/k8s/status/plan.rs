@@ -215,6 +215,9 @@ impl BuildReport {
         for pa in &inputs.peer_authentications {
             add(ConfigKind::PeerAuthentication, &pa.metadata);
         }
+        for ra in &inputs.request_authentications {
+            add(ConfigKind::RequestAuthentication, &ra.metadata);
+        }
         for sc in &inputs.sidecars {
             add(ConfigKind::Sidecar, &sc.metadata);
         }
@@ -292,9 +295,9 @@ pub fn newly_invalid(current: Option<&IstioStatus>, desired: &Desired, generatio
 /// The API group of an Istio kind.
 fn api_group(kind: ConfigKind) -> &'static str {
     match kind {
-        ConfigKind::PeerAuthentication | ConfigKind::AuthorizationPolicy => {
-            pilotfish_mesh::api::SECURITY_GROUP
-        }
+        ConfigKind::PeerAuthentication
+        | ConfigKind::RequestAuthentication
+        | ConfigKind::AuthorizationPolicy => pilotfish_mesh::api::SECURITY_GROUP,
         _ => pilotfish_mesh::api::GROUP,
     }
 }

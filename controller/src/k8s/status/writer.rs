@@ -15,8 +15,8 @@ use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::{Recorder, Reporter};
 use pilotfish_mesh::api::{
-    AuthorizationPolicy, DestinationRule, IstioStatus, PeerAuthentication, ServiceEntry, Sidecar,
-    VirtualService,
+    AuthorizationPolicy, DestinationRule, IstioStatus, PeerAuthentication, RequestAuthentication,
+    ServiceEntry, Sidecar, VirtualService,
 };
 use pilotfish_mesh::config::{ConfigKey, ConfigKind};
 use pilotfish_shared::retry::{Backoff, Retry};
@@ -41,6 +41,7 @@ fn api_resource(kind: ConfigKind) -> ApiResource {
         ConfigKind::ServiceEntry => ApiResource::erase::<ServiceEntry>(&()),
         ConfigKind::PeerAuthentication => ApiResource::erase::<PeerAuthentication>(&()),
         ConfigKind::Sidecar => ApiResource::erase::<Sidecar>(&()),
+        ConfigKind::RequestAuthentication => ApiResource::erase::<RequestAuthentication>(&()),
         ConfigKind::AuthorizationPolicy => ApiResource::erase::<AuthorizationPolicy>(&()),
         _ => ApiResource::erase::<VirtualService>(&()),
     }
