@@ -735,73 +735,68 @@ impl Ctx<'_> {
     }
 
     fn permissions(&self, f: &Field) -> Result<Vec<Permission>, Untranslatable> {
-        let mut out = Vec::new();
-        if f.attr.extended() {
-            if !f.values.is_empty()
-                && let Some(p) = self.check(self.extended_permission(f, &f.values))?
-            {
-                out.push(p);
-            }
-            if !f.not_values.is_empty()
-                && let Some(p) = self.check(self.extended_permission(f, &f.not_values))?
-            {
-                out.push(permission_not(p));
-            }
-            return Ok(out);
-        }
-        let mut or = Vec::new();
-        for v in &f.values {
-            if let Some(p) = self.check(self.permission(f, v))? {
-                or.push(p);
-            }
-        }
-        if !or.is_empty() {
-            out.push(permission_or(or));
-        }
-        let mut or = Vec::new();
-        for v in &f.not_values {
-            if let Some(p) = self.check(self.permission(f, v))? {
-                or.push(p);
-            }
-        }
-        if !or.is_empty() {
-            out.push(permission_not(permission_or(or)));
-        }
-        Ok(out)
+        self.matchers(
+            f,
+            |values| self.extended_permission(f, values),
+            |value| self.permission(f, value),
+            permission_not,
+            permission_or,
+        )
     }
 
     fn principals(&self, f: &Field) -> Result<Vec<Principal>, Untranslatable> {
+        self.matchers(
+            f,
+            |values| self.extended_principal(f, values),
+            |value| self.principal(f, value),
+            principal_not,
+            principal_or,
+        )
+    }
+
+    /// One field's matchers (permissions or principals alike): an extended attribute is one
+    /// matcher for its values and one negated for its `not` values; any other is an OR of
+    /// its values and a negated OR of its `not` values. What cannot be translated is
+    /// dropped or fails the rule as [`check`](Self::check) decides for the action.
+    fn matchers<T>(
+        &self,
+        f: &Field,
+        extended: impl Fn(&[String]) -> Result<T, Untranslatable>,
+        single: impl Fn(&str) -> Result<T, Untranslatable>,
+        not: fn(T) -> T,
+        or: fn(Vec<T>) -> T,
+    ) -> Result<Vec<T>, Untranslatable> {
         let mut out = Vec::new();
         if f.attr.extended() {
             if !f.values.is_empty()
-                && let Some(p) = self.check(self.extended_principal(f, &f.values))?
+                && let Some(m) = self.check(extended(&f.values))?
             {
-                out.push(p);
+                out.push(m);
             }
             if !f.not_values.is_empty()
-                && let Some(p) = self.check(self.extended_principal(f, &f.not_values))?
+                && let Some(m) = self.check(extended(&f.not_values))?
             {
-                out.push(principal_not(p));
+                out.push(not(m));
             }
             return Ok(out);
         }
-        let mut or = Vec::new();
+        let mut any = Vec::new();
         for v in &f.values {
-            if let Some(p) = self.check(self.principal(f, v))? {
-                or.push(p);
+            if let Some(m) = self.check(single(v))? {
+                any.push(m);
             }
         }
-        if !or.is_empty() {
-            out.push(principal_or(or));
+        if !any.is_empty() {
+            out.push(or(any));
         }
-        let mut or = Vec::new();
+        let mut any = Vec::new();
         for v in &f.not_values {
-            if let Some(p) = self.check(self.principal(f, v))? {
-                or.push(p);
+            if let Some(m) = self.check(single(v))? {
+                any.push(m);
             }
         }
-        if !or.is_empty() {
-            out.push(principal_not(principal_or(or)));
+        if !any.is_empty() {
+            out.push(not(or(any)));
         }
         Ok(out)
     }
