@@ -10,7 +10,7 @@
 //! ending ends the process.
 //!
 //! ```text
-//! watchers (7 kinds) ──Update──▶ mode loop: stores ─▶ build ─▶ publish (leader)
+//! watchers (12 kinds) ──Update──▶ mode loop: stores ─▶ build ─▶ publish (leader)
 //!                                   ▲  ▲▼ events/actions              └──▶ StatusJob ─▶ status writer ─▶ /status, Events
 //!                                   │  conductor (debounce, terms, epochs, retries)
 //! Lease election ──Leadership──────┘ (and to the status writer: the claim check)
