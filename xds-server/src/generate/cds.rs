@@ -46,7 +46,7 @@ use super::identities::{service_accounts, with_default_sans};
 use super::names;
 use super::plan::{ClusterPlan, Discovery, OutboundPlan};
 use super::scope::{Flavor, InboundEndpoint, InboundPort};
-use super::tls::{auto_sni_and_san, transport_socket};
+use super::tls::{advertise_in_mesh_h2, auto_sni_and_san, transport_socket};
 use super::upstream::{apply_connection_options, slow_start_lb_config};
 use super::util::{ads_config_source, any, api_duration, duration, u32_value};
 use envoy_types::pb::envoy::config::core::v3::{Address, Pipe, address};
@@ -217,6 +217,7 @@ fn outbound_cluster(
     if let Some(od) = &policy.outlier_detection {
         cluster.outlier_detection = Some(outlier_detection(od));
     }
+    let mut http2 = false;
     if flavor == Flavor::Sidecar {
         if let Some(options) = tcp_keepalive(pool) {
             cluster.upstream_connection_options = Some(options);
@@ -242,6 +243,17 @@ fn outbound_cluster(
                 ..Default::default()
             });
         }
+        // Istio's `isHttp2Cluster`: the upstream protocol is explicitly HTTP/2.
+        http2 = options.as_ref().is_some_and(|o| {
+            matches!(
+                &o.upstream_protocol_options,
+                Some(UpstreamProtocolOptions::ExplicitHttpConfig(
+                    ExplicitHttpConfig {
+                        protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(_)),
+                    }
+                ))
+            )
+        });
         if let Some(options) = options {
             cluster
                 .typed_extension_protocol_options
@@ -282,6 +294,17 @@ fn outbound_cluster(
                 (_, Some(socket)) => cluster.transport_socket_matches = socket_matches(socket),
                 (_, None) => {}
             }
+        }
+    }
+    if http2 {
+        // An in-mesh HTTP/2 cluster also advertises `h2` (Istio's `ALPNInMeshH2WithMxc`).
+        for socket in cluster.transport_socket.iter_mut().chain(
+            cluster
+                .transport_socket_matches
+                .iter_mut()
+                .filter_map(|m| m.transport_socket.as_mut()),
+        ) {
+            advertise_in_mesh_h2(socket);
         }
     }
     apply_connection_options(&mut cluster, policy, flavor, findings);

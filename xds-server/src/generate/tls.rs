@@ -63,6 +63,30 @@ pub fn transport_socket(
     })
 }
 
+/// The ALPN an Istio sidecar offers on an in-mesh (ISTIO_MUTUAL) connection
+/// (`ALPNInMeshWithMxc`); an HTTP/2 cluster adds `h2` ([`advertise_in_mesh_h2`]).
+const IN_MESH_ALPN: [&str; 2] = ["istio-peer-exchange", "istio"];
+
+/// Adds `h2` to the ALPN of an in-mesh (ISTIO_MUTUAL) socket, as Istio does for a cluster
+/// whose upstream protocol is HTTP/2 (`ALPNInMeshH2WithMxc`); other sockets are left as
+/// they are.
+pub fn advertise_in_mesh_h2(socket: &mut TransportSocket) {
+    let Some(transport_socket::ConfigType::TypedConfig(config)) = &socket.config_type else {
+        return;
+    };
+    let Ok(mut context) = UpstreamTlsContext::decode(config.value.as_slice()) else {
+        return;
+    };
+    let Some(common) = context.common_tls_context.as_mut() else {
+        return;
+    };
+    if common.alpn_protocols != IN_MESH_ALPN {
+        return;
+    }
+    common.alpn_protocols.push("h2".into());
+    socket.config_type = Some(transport_socket::ConfigType::TypedConfig(any(&context)));
+}
+
 fn sidecar_context(
     tls: &ClientTlsSettings,
     (port, subset, host): (u32, &str, &str),
@@ -80,7 +104,7 @@ fn sidecar_context(
     match tls.mode? {
         TlsMode::Disable => return None,
         TlsMode::IstioMutual => {
-            common.alpn_protocols = vec!["istio-peer-exchange".into(), "istio".into()];
+            common.alpn_protocols = IN_MESH_ALPN.iter().map(|a| a.to_string()).collect();
             common.tls_certificate_sds_secret_configs = vec![sds_secret("default")];
             common.validation_context_type = Some(combined_validation(sans, "ROOTCA"));
             sni = tls
