@@ -459,6 +459,7 @@ impl Attr {
 }
 
 /// One field of a rule: an attribute and its values.
+#[derive(Clone)]
 struct Field<'a> {
     attr: Attr,
     key: &'a str,
@@ -529,22 +530,13 @@ fn generate(
                     s.not_ip_blocks.clone(),
                 ),
             ];
-            for (attr, key, values, not_values) in front {
-                if !values.is_empty() || !not_values.is_empty() {
-                    fields.push(Field {
-                        attr,
-                        key,
-                        values,
-                        not_values,
-                    });
-                }
-            }
+            fields.extend(present_fields(front));
         }
-        fields.extend(base_principal.iter().map(Field::copy));
+        fields.extend(base_principal.iter().cloned());
         principals_lists.push(fields);
     }
     if rule.from().is_empty() {
-        principals_lists.push(base_principal.iter().map(Field::copy).collect());
+        principals_lists.push(base_principal.to_vec());
     }
     let mut permission_lists: Vec<Vec<Field>> = Vec::new();
     for to in rule.to() {
@@ -576,22 +568,13 @@ fn generate(
                     o.not_ports.clone(),
                 ),
             ];
-            for (attr, key, values, not_values) in front {
-                if !values.is_empty() || !not_values.is_empty() {
-                    fields.push(Field {
-                        attr,
-                        key,
-                        values,
-                        not_values,
-                    });
-                }
-            }
+            fields.extend(present_fields(front));
         }
-        fields.extend(base_permission.iter().map(Field::copy));
+        fields.extend(base_permission.iter().cloned());
         permission_lists.push(fields);
     }
     if rule.to().is_empty() {
-        permission_lists.push(base_permission.iter().map(Field::copy).collect());
+        permission_lists.push(base_permission.to_vec());
     }
     let ctx = Ctx {
         target,
@@ -631,15 +614,19 @@ fn generate(
     })
 }
 
-impl Field<'_> {
-    fn copy(&self) -> Field<'_> {
-        Field {
-            attr: self.attr,
-            key: self.key,
-            values: self.values.clone(),
-            not_values: self.not_values.clone(),
-        }
-    }
+/// The fields of a `source` or `operation` that have values or `not` values, in order.
+fn present_fields<'a>(
+    fields: impl IntoIterator<Item = (Attr, &'a str, Vec<String>, Vec<String>)>,
+) -> impl Iterator<Item = Field<'a>> {
+    fields
+        .into_iter()
+        .filter(|(_, _, values, not_values)| !values.is_empty() || !not_values.is_empty())
+        .map(|(attr, key, values, not_values)| Field {
+            attr,
+            key,
+            values,
+            not_values,
+        })
 }
 
 /// The `when` conditions split into permission and principal fields, in order; `None`
