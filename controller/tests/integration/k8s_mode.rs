@@ -146,17 +146,7 @@ async fn invalid_objects_get_a_false_condition_and_one_event_and_keep_the_previo
     );
 
     // One Warning Event, reason InvalidConfig, about this object.
-    let events: Api<CoreEvent> = Api::namespaced(cluster.client(), "default");
-    let invalid = eventually("the InvalidConfig Event", || async {
-        let list = events.list(&ListParams::default()).await.ok()?;
-        let found: Vec<CoreEvent> = list
-            .items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("InvalidConfig"))
-            .collect();
-        (!found.is_empty()).then_some(found)
-    })
-    .await;
+    let invalid = invalid_config_events(&cluster).await;
     assert_eq!(invalid.len(), 1, "{invalid:?}");
     assert_eq!(invalid[0].type_.as_deref(), Some("Warning"));
     assert_eq!(invalid[0].involved_object.name.as_deref(), Some("reviews"));
@@ -191,6 +181,7 @@ async fn invalid_objects_get_a_false_condition_and_one_event_and_keep_the_previo
         "the status was written again though nothing changed"
     );
     assert_eq!(writes(), writes_before, "status writes without a change");
+    let events: Api<CoreEvent> = Api::namespaced(cluster.client(), "default");
     let count = events
         .list(&ListParams::default())
         .await
@@ -575,17 +566,7 @@ async fn peer_authentications_are_served_and_invalid_ones_reported() {
     })
     .await;
     assert_eq!(valid["status"], "True", "{valid}");
-    let events: Api<CoreEvent> = Api::namespaced(cluster.client(), "default");
-    let invalid = eventually("the InvalidConfig Event", || async {
-        let list = events.list(&ListParams::default()).await.ok()?;
-        let found: Vec<CoreEvent> = list
-            .items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("InvalidConfig"))
-            .collect();
-        (!found.is_empty()).then_some(found)
-    })
-    .await;
+    let invalid = invalid_config_events(&cluster).await;
     assert_eq!(invalid.len(), 1, "{invalid:?}");
     let about = &invalid[0].involved_object;
     assert_eq!(about.kind.as_deref(), Some("PeerAuthentication"));
@@ -659,17 +640,7 @@ async fn authorization_policies_are_served_and_custom_ones_refused() {
     })
     .await;
     assert_eq!(valid["status"], "True", "{valid}");
-    let events: Api<CoreEvent> = Api::namespaced(cluster.client(), "default");
-    let invalid = eventually("the InvalidConfig Event", || async {
-        let list = events.list(&ListParams::default()).await.ok()?;
-        let found: Vec<CoreEvent> = list
-            .items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("InvalidConfig"))
-            .collect();
-        (!found.is_empty()).then_some(found)
-    })
-    .await;
+    let invalid = invalid_config_events(&cluster).await;
     assert_eq!(invalid.len(), 1, "{invalid:?}");
     let about = &invalid[0].involved_object;
     assert_eq!(about.kind.as_deref(), Some("AuthorizationPolicy"));
@@ -754,17 +725,7 @@ async fn sidecars_are_served_and_invalid_ones_reported() {
             .contains("spec.ingress[0].tls"),
         "{warned}"
     );
-    let events: Api<CoreEvent> = Api::namespaced(cluster.client(), "default");
-    let invalid = eventually("the InvalidConfig Event", || async {
-        let list = events.list(&ListParams::default()).await.ok()?;
-        let found: Vec<CoreEvent> = list
-            .items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("InvalidConfig"))
-            .collect();
-        (!found.is_empty()).then_some(found)
-    })
-    .await;
+    let invalid = invalid_config_events(&cluster).await;
     assert_eq!(invalid.len(), 1, "{invalid:?}");
     let about = &invalid[0].involved_object;
     assert_eq!(about.kind.as_deref(), Some("Sidecar"));
@@ -896,8 +857,19 @@ async fn request_authentications_are_served_with_fetched_key_sets() {
             .contains("spec.jwtRules[0]"),
         "{condition}"
     );
+    let invalid = invalid_config_events(&cluster).await;
+    assert_eq!(invalid.len(), 1, "{invalid:?}");
+    assert_eq!(
+        invalid[0].involved_object.kind.as_deref(),
+        Some("RequestAuthentication")
+    );
+    replica.assert_alive();
+}
+
+/// The `InvalidConfig` Events of namespace `default`, once there is at least one.
+async fn invalid_config_events(cluster: &Cluster) -> Vec<CoreEvent> {
     let events: Api<CoreEvent> = Api::namespaced(cluster.client(), "default");
-    let invalid = eventually("the InvalidConfig Event", || async {
+    eventually("the InvalidConfig Event", || async {
         let list = events.list(&ListParams::default()).await.ok()?;
         let found: Vec<CoreEvent> = list
             .items
@@ -906,11 +878,5 @@ async fn request_authentications_are_served_with_fetched_key_sets() {
             .collect();
         (!found.is_empty()).then_some(found)
     })
-    .await;
-    assert_eq!(invalid.len(), 1, "{invalid:?}");
-    assert_eq!(
-        invalid[0].involved_object.kind.as_deref(),
-        Some("RequestAuthentication")
-    );
-    replica.assert_alive();
+    .await
 }
