@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 
+use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::{
     RouteConfiguration, route::Action, route_action::ClusterSpecifier,
 };
@@ -642,7 +643,6 @@ endpoints: [{}]
 /// stays PERMISSIVE, and proxyless clients and outbound listeners are byte-identical.
 #[test]
 fn peer_authentication_shapes_only_the_selected_workloads_inbound_listener() {
-    use envoy_types::pb::envoy::config::listener::v3::Listener;
     const STRICT_CART: &str = "
 ---
 apiVersion: security.istio.io/v1
@@ -658,18 +658,6 @@ spec:
         2,
         ChangeKind::Full,
     );
-    let listeners = |s: &GeneratedSnapshot, p: &Proxy| -> Vec<Listener> {
-        s.resources(p, LISTENER_TYPE, None)
-            .iter()
-            .map(|r| Listener::decode(r.body.value.as_slice()).expect("a listener"))
-            .collect()
-    };
-    let inbound = |s: &GeneratedSnapshot, p: &Proxy| -> Listener {
-        listeners(s, p)
-            .into_iter()
-            .find(|l| l.name == "virtualInbound")
-            .expect("virtualInbound")
-    };
     // (transport protocol, terminates TLS) of every chain but the 15006 blackhole.
     let shape = |l: &Listener| -> Vec<(String, bool)> {
         l.filter_chains
@@ -739,18 +727,6 @@ spec:
         2,
         ChangeKind::Full,
     );
-    let listeners = |s: &GeneratedSnapshot, p: &Proxy| -> Vec<Listener> {
-        s.resources(p, LISTENER_TYPE, None)
-            .iter()
-            .map(|r| Listener::decode(r.body.value.as_slice()).expect("a listener"))
-            .collect()
-    };
-    let inbound = |s: &GeneratedSnapshot, p: &Proxy| -> Listener {
-        listeners(s, p)
-            .into_iter()
-            .find(|l| l.name == "virtualInbound")
-            .expect("virtualInbound")
-    };
     // Per chain but the blackhole: its network filters and, for HTTP, its HTTP filters.
     let filters = |l: &Listener| -> Vec<(Vec<String>, Vec<String>)> {
         l.filter_chains
@@ -817,4 +793,21 @@ spec:
     assert_eq!(outbound(&plain), outbound(&denied));
     let grpc = proxyless("shop");
     assert_eq!(listeners(&plain, &grpc), listeners(&denied, &grpc));
+}
+
+/// Every listener `snapshot` has for `proxy`, decoded.
+fn listeners(snapshot: &GeneratedSnapshot, proxy: &Proxy) -> Vec<Listener> {
+    snapshot
+        .resources(proxy, LISTENER_TYPE, None)
+        .iter()
+        .map(|r| Listener::decode(r.body.value.as_slice()).expect("a listener"))
+        .collect()
+}
+
+/// The proxy's `virtualInbound` listener.
+fn inbound(snapshot: &GeneratedSnapshot, proxy: &Proxy) -> Listener {
+    listeners(snapshot, proxy)
+        .into_iter()
+        .find(|l| l.name == "virtualInbound")
+        .expect("virtualInbound")
 }
