@@ -46,7 +46,7 @@ use super::identities::{service_accounts, with_default_sans};
 use super::names;
 use super::plan::{ClusterPlan, Discovery, OutboundPlan};
 use super::scope::{Flavor, InboundEndpoint, InboundPort};
-use super::tls::{advertise_in_mesh_h2, auto_sni_and_san, transport_socket};
+use super::tls::{auto_sni_and_san, transport_socket};
 use super::upstream::{apply_connection_options, slow_start_lb_config};
 use super::util::{ads_config_source, any, api_duration, duration, u32_value};
 use envoy_types::pb::envoy::config::core::v3::{Address, Pipe, address};
@@ -275,8 +275,14 @@ fn outbound_cluster(
         plan.subset.as_str(),
         plan.service.hostname.as_str(),
     );
-    cluster.transport_socket =
-        transport_socket(tls.as_deref(), flavor, &plan.name, sni_parts, findings);
+    cluster.transport_socket = transport_socket(
+        tls.as_deref(),
+        flavor,
+        &plan.name,
+        sni_parts,
+        http2,
+        findings,
+    );
     // Gated on the rule's TLS being absent, not on the socket: `tls: {mode: DISABLE}` is
     // the user's word and turns auto mTLS off.
     if policy.tls.is_none() && flavor == Flavor::Sidecar {
@@ -287,24 +293,19 @@ fn outbound_cluster(
                 subject_alt_names: service_accounts(push, &plan.service),
                 ..Default::default()
             };
-            let socket =
-                transport_socket(Some(&istio_mutual), flavor, &plan.name, sni_parts, findings);
+            let socket = transport_socket(
+                Some(&istio_mutual),
+                flavor,
+                &plan.name,
+                sni_parts,
+                http2,
+                findings,
+            );
             match (auto, socket) {
                 (AutoMtls::Always, socket) => cluster.transport_socket = socket,
                 (_, Some(socket)) => cluster.transport_socket_matches = socket_matches(socket),
                 (_, None) => {}
             }
-        }
-    }
-    if http2 {
-        // An in-mesh HTTP/2 cluster also advertises `h2` (Istio's `ALPNInMeshH2WithMxc`).
-        for socket in cluster.transport_socket.iter_mut().chain(
-            cluster
-                .transport_socket_matches
-                .iter_mut()
-                .filter_map(|m| m.transport_socket.as_mut()),
-        ) {
-            advertise_in_mesh_h2(socket);
         }
     }
     apply_connection_options(&mut cluster, policy, flavor, findings);

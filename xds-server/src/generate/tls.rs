@@ -44,17 +44,20 @@ pub const SDS_WORKLOAD_SECRET: &str = "default";
 pub const SDS_ROOT_SECRET: &str = "ROOTCA";
 
 /// The transport socket for a cluster, `None` for plaintext; what a proxyless client
-/// cannot use is noted in `findings`.
+/// cannot use is noted in `findings`. `sni_parts` (port, subset, host) make a sidecar's
+/// default in-mesh SNI; `http2` (the cluster's upstream protocol is explicitly HTTP/2,
+/// Istio's `isHttp2Cluster`) adds `h2` to its in-mesh ALPN.
 pub fn transport_socket(
     tls: Option<&ClientTlsSettings>,
     flavor: Flavor,
     cluster: &str,
     sni_parts: (u32, &str, &str),
+    http2: bool,
     findings: &mut Vec<Finding>,
 ) -> Option<TransportSocket> {
     let tls = tls?;
     let context = match flavor {
-        Flavor::Sidecar => sidecar_context(tls, sni_parts)?,
+        Flavor::Sidecar => sidecar_context(tls, sni_parts, http2)?,
         Flavor::Proxyless => proxyless_context(tls, cluster, findings)?,
     };
     Some(TransportSocket {
@@ -64,32 +67,13 @@ pub fn transport_socket(
 }
 
 /// The ALPN an Istio sidecar offers on an in-mesh (ISTIO_MUTUAL) connection
-/// (`ALPNInMeshWithMxc`); an HTTP/2 cluster adds `h2` ([`advertise_in_mesh_h2`]).
+/// (`ALPNInMeshWithMxc`); an HTTP/2 cluster adds `h2` (`ALPNInMeshH2WithMxc`).
 const IN_MESH_ALPN: [&str; 2] = ["istio-peer-exchange", "istio"];
-
-/// Adds `h2` to the ALPN of an in-mesh (ISTIO_MUTUAL) socket, as Istio does for a cluster
-/// whose upstream protocol is HTTP/2 (`ALPNInMeshH2WithMxc`); other sockets are left as
-/// they are.
-pub fn advertise_in_mesh_h2(socket: &mut TransportSocket) {
-    let Some(transport_socket::ConfigType::TypedConfig(config)) = &socket.config_type else {
-        return;
-    };
-    let Ok(mut context) = UpstreamTlsContext::decode(config.value.as_slice()) else {
-        return;
-    };
-    let Some(common) = context.common_tls_context.as_mut() else {
-        return;
-    };
-    if common.alpn_protocols != IN_MESH_ALPN {
-        return;
-    }
-    common.alpn_protocols.push("h2".into());
-    socket.config_type = Some(transport_socket::ConfigType::TypedConfig(any(&context)));
-}
 
 fn sidecar_context(
     tls: &ClientTlsSettings,
     (port, subset, host): (u32, &str, &str),
+    http2: bool,
 ) -> Option<UpstreamTlsContext> {
     let sans = san_matchers(&tls.subject_alt_names);
     let mut common = CommonTlsContext {
@@ -105,6 +89,9 @@ fn sidecar_context(
         TlsMode::Disable => return None,
         TlsMode::IstioMutual => {
             common.alpn_protocols = IN_MESH_ALPN.iter().map(|a| a.to_string()).collect();
+            if http2 {
+                common.alpn_protocols.push("h2".into());
+            }
             common.tls_certificate_sds_secret_configs = vec![sds_secret("default")];
             common.validation_context_type = Some(combined_validation(sans, "ROOTCA"));
             sni = tls
@@ -393,6 +380,7 @@ mod tests {
                 Flavor::Sidecar,
                 "c",
                 (9080, "v1", "r.ns.svc.cluster.local"),
+                false,
                 &mut Vec::new(),
             )
             .unwrap(),
@@ -420,6 +408,7 @@ mod tests {
                 Flavor::Proxyless,
                 "c",
                 (1, "", "h"),
+                false,
                 &mut Vec::new(),
             )
             .unwrap(),
@@ -443,6 +432,7 @@ mod tests {
                 Flavor::Proxyless,
                 "c",
                 (1, "", "h"),
+                false,
                 &mut Vec::new()
             )
             .is_none()
@@ -463,6 +453,7 @@ mod tests {
                 Flavor::Sidecar,
                 "c",
                 (443, "", "api.example.com"),
+                false,
                 &mut Vec::new(),
             )
             .unwrap(),
@@ -494,6 +485,7 @@ mod tests {
                 Flavor::Sidecar,
                 "c",
                 (443, "", "h"),
+                false,
                 &mut Vec::new(),
             )
             .unwrap(),
@@ -509,6 +501,7 @@ mod tests {
                 Flavor::Sidecar,
                 "c",
                 (1, "", "h"),
+                false,
                 &mut Vec::new()
             )
             .is_none()
@@ -524,6 +517,7 @@ mod tests {
                 Flavor::Sidecar,
                 "c",
                 (443, "", "h"),
+                false,
                 &mut Vec::new(),
             )
             .unwrap(),
@@ -603,9 +597,14 @@ mod tests {
                 ..settings(mode)
             };
             for flavor in [Flavor::Sidecar, Flavor::Proxyless] {
-                if let Some(socket) =
-                    transport_socket(Some(&tls), flavor, "c", (1, "", "h"), &mut Vec::new())
-                {
+                if let Some(socket) = transport_socket(
+                    Some(&tls),
+                    flavor,
+                    "c",
+                    (1, "", "h"),
+                    false,
+                    &mut Vec::new(),
+                ) {
                     assert!(!matches_sans_without_a_ca(&socket), "{mode:?} {flavor:?}");
                 }
             }
