@@ -303,7 +303,7 @@ impl DeltaStream {
         let state = &self.types[xds_type.index()];
         let warming: BTreeSet<&str> = match (xds_type, &self.warm_base) {
             (XdsType::Endpoint, Some(base)) => match &self.types[XdsType::Cluster.index()].holds {
-                Held::View(clusters) => base.changed_in(clusters).collect(),
+                Held::View(clusters) => base.changed_in(clusters).into_iter().collect(),
                 _ => BTreeSet::new(),
             },
             _ => BTreeSet::new(),
@@ -318,22 +318,28 @@ impl DeltaStream {
         if warming.is_empty() && state.holds.is(desired) && every_name_exists {
             return (Vec::new(), Vec::new());
         }
-        let resources = desired
-            .resources()
-            .iter()
-            .filter(|r| {
-                warming.contains(r.name.as_str())
-                    || state.holds.version_of(&r.name) != Some(r.version.as_str())
-            })
-            .cloned()
-            .collect();
+        let mut changed: Vec<&Arc<Resource>> = Vec::new();
         // Held but no longer wanted: deleted, or unsubscribed.
-        let mut removed: Vec<String> = state
-            .holds
-            .names()
-            .filter(|n| desired.get(n).is_none())
-            .map(str::to_string)
-            .collect();
+        let mut removed: Vec<String> = Vec::new();
+        state.holds.walk(
+            desired,
+            |r| changed.push(r),
+            |n| removed.push(n.to_string()),
+        );
+        let resources = if warming.is_empty() {
+            changed.into_iter().cloned().collect()
+        } else {
+            let mut changed = changed.into_iter().peekable();
+            desired
+                .resources()
+                .iter()
+                .filter(|r| {
+                    let is_changed = changed.next_if(|c| Arc::ptr_eq(c, r)).is_some();
+                    is_changed || warming.contains(r.name.as_str())
+                })
+                .cloned()
+                .collect()
+        };
         // Subscribed but absent: say so once, so the client stops waiting for it.
         if !every_name_exists {
             let mut absent: Vec<String> = subscription

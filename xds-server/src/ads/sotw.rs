@@ -47,7 +47,7 @@ use super::names::NameSets;
 use super::resource::{ChangeKind, Resource};
 use super::state::{AckStatus, Held, NackStatus, Reply, TypeStatus, owe};
 use super::state::{Limit, NonceSource, ProtocolEvent, SentRecord, Subscription, TypeRecord};
-use super::state::{name_bytes_left, served_type};
+use super::state::{name_bytes_left, served_type, view_entries, walk_changes};
 use super::types::XdsType;
 use super::view::{ServedSnapshot, View};
 use super::wire::SotwResponse;
@@ -356,6 +356,7 @@ impl SotwStream {
             return BTreeSet::new();
         };
         base.changed_in(&clusters)
+            .into_iter()
             .filter(|name| view.get(name).is_some())
             .map(str::to_string)
             .collect()
@@ -377,17 +378,24 @@ impl SotwStream {
         }
         let state = &self.types[xds_type.index()];
         let holds = state.holds.as_ref()?;
-        let same = holds.same_content(view);
-        let needed: Vec<Arc<Resource>> = view
-            .resources()
-            .iter()
-            .filter(|r| {
-                state.fresh.contains(&r.name)
-                    || warming.contains(&r.name)
-                    || (!same && holds.version_of(&r.name) != Some(r.version.as_str()))
-            })
-            .cloned()
-            .collect();
+        let mut changed: Vec<&Arc<Resource>> = Vec::new();
+        if !holds.same_content(view) {
+            walk_changes(view_entries(holds), view, |r| changed.push(r), |_| {});
+        }
+        let needed: Vec<Arc<Resource>> =
+            if matches!(state.fresh, Fresh::Nothing) && warming.is_empty() {
+                changed.into_iter().cloned().collect()
+            } else {
+                let mut changed = changed.into_iter().peekable();
+                view.resources()
+                    .iter()
+                    .filter(|r| {
+                        let is_changed = changed.next_if(|c| Arc::ptr_eq(c, r)).is_some();
+                        is_changed || state.fresh.contains(&r.name) || warming.contains(&r.name)
+                    })
+                    .cloned()
+                    .collect()
+            };
         (needed.len() < view.len()).then_some(needed)
     }
 

@@ -10,6 +10,7 @@ use std::time::SystemTime;
 use serde::{Serialize, Serializer};
 
 use super::names::{NameSet, NameSets};
+use super::resource::Resource;
 use super::types::XdsType;
 use super::view::View;
 
@@ -216,27 +217,92 @@ impl Held {
         }
     }
 
-    /// The names held, in order.
-    pub fn names(&self) -> Box<dyn Iterator<Item = &str> + '_> {
-        match self {
-            Held::Nothing => Box::new(std::iter::empty()),
-            Held::Versions(map) => Box::new(map.keys().map(String::as_str)),
-            Held::View(view) => Box::new(view.resources().iter().map(|r| r.name.as_str())),
-        }
-    }
-
     /// Whether this is exactly `view`'s content.
     pub fn is(&self, view: &View) -> bool {
         matches!(self, Held::View(held) if held.same_content(view))
     }
 
+    /// What is held, in name order: each name, its version, and the resource itself
+    /// when a view is held.
+    fn entries(&self) -> Box<dyn Iterator<Item = HeldEntry<'_>> + '_> {
+        match self {
+            Held::Nothing => Box::new(std::iter::empty()),
+            Held::Versions(map) => Box::new(
+                map.iter()
+                    .map(|(name, version)| (name.as_str(), version.as_str(), None)),
+            ),
+            Held::View(view) => Box::new(view_entries(view)),
+        }
+    }
+
+    /// Compares `now` with what is held; see [`walk_changes`].
+    pub fn walk<'a>(
+        &'a self,
+        now: &'a View,
+        changed: impl FnMut(&'a Arc<Resource>),
+        gone: impl FnMut(&'a str),
+    ) {
+        if self.is(now) {
+            return;
+        }
+        walk_changes(self.entries(), now, changed, gone);
+    }
+
     /// Names of `now` that are new or changed compared with what is held.
-    pub fn changed_in<'a>(&'a self, now: &'a View) -> impl Iterator<Item = &'a str> + 'a {
-        let same = self.is(now);
-        now.resources()
-            .iter()
-            .filter(move |r| !same && self.version_of(&r.name) != Some(r.version.as_str()))
-            .map(|r| r.name.as_str())
+    pub fn changed_in<'a>(&'a self, now: &'a View) -> Vec<&'a str> {
+        let mut names = Vec::new();
+        self.walk(now, |r| names.push(r.name.as_str()), |_| {});
+        names
+    }
+}
+
+/// A held resource: its name, its version, and the resource when a view is held.
+pub type HeldEntry<'a> = (&'a str, &'a str, Option<&'a Arc<Resource>>);
+
+/// The resources of `view` as held entries, in name order.
+pub fn view_entries(view: &View) -> impl Iterator<Item = HeldEntry<'_>> {
+    view.resources()
+        .iter()
+        .map(|r| (r.name.as_str(), r.version.as_str(), Some(r)))
+}
+
+/// Compares `now` with `held` in one walk over both, which are in name order:
+/// `changed` gets each resource of `now` that is new or at another version, `gone` each
+/// held name that `now` lacks, both in name order. A resource that did not change is
+/// usually the same interned `Arc` in both, so most steps compare a pointer, not a name:
+/// this runs for every stream on every push, over thousands of names.
+pub fn walk_changes<'a>(
+    held: impl Iterator<Item = HeldEntry<'a>>,
+    now: &'a View,
+    mut changed: impl FnMut(&'a Arc<Resource>),
+    mut gone: impl FnMut(&'a str),
+) {
+    let mut held = held.peekable();
+    for resource in now.resources() {
+        if let Some(&(_, _, Some(same))) = held.peek()
+            && Arc::ptr_eq(same, resource)
+        {
+            held.next();
+            continue;
+        }
+        while let Some(&(name, _, _)) = held.peek()
+            && name < resource.name.as_str()
+        {
+            gone(name);
+            held.next();
+        }
+        match held.peek() {
+            Some(&(name, version, _)) if name == resource.name => {
+                if version != resource.version {
+                    changed(resource);
+                }
+                held.next();
+            }
+            _ => changed(resource),
+        }
+    }
+    for (name, _, _) in held {
+        gone(name);
     }
 }
 
@@ -588,6 +654,62 @@ mod tests {
 
     fn names(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Every pair of held and new contents over four names (each absent or at one of
+    /// two contents), held as a view and as reported versions: the ordered walk finds
+    /// exactly what a lookup of each name finds.
+    #[test]
+    fn the_ordered_walk_finds_what_lookups_find() {
+        const NAMES: [&str; 4] = ["a", "b", "b.x", "c"];
+        let view_of = |code: usize| {
+            let mut resources = Vec::new();
+            for (i, name) in NAMES.iter().enumerate() {
+                let content = code / 3usize.pow(i as u32) % 3;
+                if content > 0 {
+                    let body = prost_types::Any {
+                        type_url: XdsType::Cluster.type_url().into(),
+                        value: vec![content as u8],
+                    };
+                    resources.push(Resource::new(*name, body).shared());
+                }
+            }
+            View::new(XdsType::Cluster, resources)
+        };
+        let cases = 3usize.pow(NAMES.len() as u32);
+        for held_code in 0..cases {
+            let held_view = Arc::new(view_of(held_code));
+            let versions: BTreeMap<String, String> = held_view
+                .resources()
+                .iter()
+                .map(|r| (r.name.clone(), r.version.clone()))
+                .collect();
+            for held in [
+                Held::View(held_view.clone()),
+                Held::Versions(Arc::new(versions)),
+            ] {
+                for now_code in 0..cases {
+                    let now = view_of(now_code);
+                    let expected_changed: Vec<&str> = now
+                        .resources()
+                        .iter()
+                        .filter(|r| held.version_of(&r.name) != Some(r.version.as_str()))
+                        .map(|r| r.name.as_str())
+                        .collect();
+                    let expected_gone: Vec<&str> = held_view
+                        .resources()
+                        .iter()
+                        .map(|r| r.name.as_str())
+                        .filter(|n| now.get(n).is_none())
+                        .collect();
+                    let (mut changed, mut gone) = (Vec::new(), Vec::new());
+                    held.walk(&now, |r| changed.push(r.name.as_str()), |n| gone.push(n));
+                    assert_eq!(changed, expected_changed, "{held:?} → {now_code}");
+                    assert_eq!(gone, expected_gone, "{held:?} → {now_code}");
+                    assert_eq!(held.changed_in(&now), expected_changed);
+                }
+            }
+        }
     }
 
     #[test]
