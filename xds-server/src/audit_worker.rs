@@ -7,10 +7,16 @@
 //! proxies converged later by that much. At nice 19 the kernel gives it the core only
 //! when the streams leave it idle, and a burst of snapshots costs one audit, not one each.
 //! At most one snapshot waits (the newest), so the audit never holds a chain of old ones.
+//!
+//! The audit checks what the streams were served (`generate::Auditor`), so it waits
+//! [`SERVE_DELAY`] after a hand-off before it starts: by then the streams have asked for
+//! their scopes' parts (on a machine with a spare core it would otherwise run while they
+//! are still asking, and see few of them).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use crate::ads::XdsSnapshot;
 use crate::generate::{Auditor, GeneratedSnapshot};
@@ -19,9 +25,15 @@ use crate::generate::{Auditor, GeneratedSnapshot};
 /// broken references it found.
 pub type AuditReport = Box<dyn Fn(u64, usize) + Send>;
 
+/// How long after a hand-off the audit waits before it checks the newest snapshot.
+pub const SERVE_DELAY: Duration = Duration::from_secs(1);
+
 #[derive(Default)]
 struct Slot {
     newest: Option<Arc<GeneratedSnapshot>>,
+    /// When the oldest snapshot not audited yet was handed over: the audit starts
+    /// [`SERVE_DELAY`] after it, so a steady stream of snapshots is still audited.
+    waiting_since: Option<Instant>,
     closed: bool,
 }
 
@@ -52,6 +64,7 @@ impl AuditWorker {
     pub fn submit(&self, snapshot: Arc<GeneratedSnapshot>) {
         let mut slot = self.shared.slot.lock().unwrap_or_else(|e| e.into_inner());
         slot.newest = Some(snapshot);
+        slot.waiting_since.get_or_insert_with(Instant::now);
         self.shared.wake.notify_one();
     }
 }
@@ -75,8 +88,21 @@ fn audit_loop(shared: &Shared, report: &AuditReport) {
                 if slot.closed {
                     return;
                 }
-                if let Some(s) = slot.newest.take() {
-                    break s;
+                if let Some(since) = slot.waiting_since {
+                    let due = since + SERVE_DELAY;
+                    let now = Instant::now();
+                    if now < due {
+                        slot = shared
+                            .wake
+                            .wait_timeout(slot, due - now)
+                            .unwrap_or_else(|e| e.into_inner())
+                            .0;
+                        continue;
+                    }
+                    if let Some(s) = slot.newest.take() {
+                        slot.waiting_since = None;
+                        break s;
+                    }
                 }
                 slot = shared.wake.wait(slot).unwrap_or_else(|e| e.into_inner());
             }

@@ -129,10 +129,11 @@ pub struct Encoded {
 #[derive(Debug)]
 enum Chunk {
     Bytes(Bytes),
-    /// Resources sent one by one, each as the entry `entry` gives (SotW or delta):
-    /// coalesced into chunks as they are sent.
+    /// Resources sent one by one from `next` on, each as the entry `entry` gives (SotW
+    /// or delta): consecutive small ones are copied together as they are sent.
     Resources {
-        resources: std::iter::Peekable<std::vec::IntoIter<Arc<Resource>>>,
+        resources: Vec<Arc<Resource>>,
+        next: usize,
         entry: fn(&Resource) -> Bytes,
     },
 }
@@ -149,8 +150,12 @@ impl Chunk {
     /// The chunk of `list` and its length on the wire.
     fn resources(list: Vec<Arc<Resource>>, entry: fn(&Resource) -> Bytes) -> (usize, Chunk) {
         let len = list.iter().map(|r| entry(r).len()).sum();
-        let resources = list.into_iter().peekable();
-        (len, Chunk::Resources { resources, entry })
+        let resources = Chunk::Resources {
+            resources: list,
+            next: 0,
+            entry,
+        };
+        (len, resources)
     }
 }
 
@@ -174,25 +179,41 @@ impl Encoded {
                     };
                     return Some(bytes);
                 }
-                Chunk::Resources { resources, entry } => {
-                    let entry = *entry;
-                    let Some(first) = resources.next() else {
+                Chunk::Resources {
+                    resources,
+                    next,
+                    entry,
+                } => {
+                    let Some(first) = resources.get(*next).map(|r| entry(r)) else {
                         self.chunks.pop();
                         continue;
                     };
-                    let first = entry(&first);
-                    if first.len() >= COALESCE_BYTES / 4 {
+                    *next += 1;
+                    // Small resources that follow are copied together with it, into a
+                    // buffer of exactly their size; a large one, or a small one alone,
+                    // goes as its own shared bytes.
+                    let small = |len: usize| len < COALESCE_BYTES / 4;
+                    let mut len = first.len();
+                    let mut end = *next;
+                    if small(len) {
+                        while let Some(more) = resources.get(end).map(|r| entry(r).len())
+                            && small(more)
+                            && len + more <= COALESCE_BYTES
+                        {
+                            len += more;
+                            end += 1;
+                        }
+                    }
+                    if end == *next {
                         return Some(first);
                     }
                     // A transient buffer, freed once the transport has written it.
-                    let mut buf = BytesMut::with_capacity(COALESCE_BYTES);
+                    let mut buf = BytesMut::with_capacity(len);
                     buf.extend_from_slice(&first);
-                    while let Some(next) = resources.next_if(|r| {
-                        let len = entry(r).len();
-                        len < COALESCE_BYTES / 4 && buf.len() + len <= COALESCE_BYTES
-                    }) {
-                        buf.extend_from_slice(&entry(&next));
+                    for r in &resources[*next..end] {
+                        buf.extend_from_slice(&entry(r));
                     }
+                    *next = end;
                     return Some(buf.freeze());
                 }
             }
@@ -393,6 +414,13 @@ mod tests {
             decoded.control_plane.map(|c| c.identifier).as_deref(),
             Some("replica-a")
         );
+        // A small resource alone is not copied into a buffer of its own either (one edit
+        // sends one small route configuration to every stream).
+        let mut encoded = encode_sotw(&response, &ControlPlane::new("r"));
+        encoded.next_chunk().expect("prefix");
+        let entry = encoded.next_chunk().expect("the resource");
+        let within = view.resources()[1].delta_entry().as_ptr_range();
+        assert!(within.contains(&entry.as_ptr()), "a copy");
         // A large resource goes out as a slice of its one shared encoding.
         let mut big = MapSnapshot::new(1);
         big.insert(CLUSTER_TYPE, "big", &[b'x'; COALESCE_BYTES]);

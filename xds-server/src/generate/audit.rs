@@ -1,22 +1,28 @@
-//! The consistency audit of a whole snapshot, go-control-plane's `Consistent()` for ours:
-//! [`check_snapshot`] generates a representative view (a sidecar per namespace, with and
-//! without a workload, and a proxyless client) and reports every broken reference —
-//! every cluster a route or listener names is in CDS, every route configuration a
-//! listener asks RDS for exists and every one exists because a listener asks for it
-//! (a sidecar has one per service with listeners of its own), every EDS cluster gets a
-//! ClusterLoadAssignment, no name appears twice in a response, no two listeners claim
-//! one address (Envoy hands a connection to the listener of its exact address), and no
-//! route configuration lists a domain or a virtual host name twice (Envoy rejects it),
-//! and no cluster's TLS matches subject alt names without a CA to verify the chain with
-//! (Envoy rejects that too).
-//! The generators never emit one (the sanitizers replace it before
-//! sending), so a finding is a bug: logged at error level and counted in
-//! `pilotfish_xds_inconsistent_references_total`. The feed runs it after each hand-off,
-//! through one [`Auditor`]: the checks read a few facts of each resource (names,
-//! references, addresses, duplicate domains), which are a function of its content, so
-//! the auditor decodes a resource only when its content (version) was not in the
-//! snapshot it checked before — after a VirtualService edit, the few new route
-//! configurations — and runs the cross-reference checks on every view from those facts.
+//! The consistency audit of a snapshot, go-control-plane's `Consistent()` for ours: it
+//! checks whole views of proxies and reports every broken reference — every cluster a
+//! route or listener names is in CDS, every route configuration a listener asks RDS for
+//! exists and every one exists because a listener asks for it (a sidecar has one per
+//! service with listeners of its own), every EDS cluster gets a ClusterLoadAssignment, no
+//! name appears twice in a response, no two listeners claim one address (Envoy hands a
+//! connection to the listener of its exact address), no route configuration lists a
+//! domain or a virtual host name twice (Envoy rejects it), and no cluster's TLS matches
+//! subject alt names without a CA to verify the chain with (Envoy rejects that too).
+//! The generators never emit one (the sanitizers replace it before sending), so a finding
+//! is a bug: logged at error level and counted in
+//! `pilotfish_xds_inconsistent_references_total`.
+//!
+//! Two ways in:
+//! - [`check_snapshot`] (tests, tools) generates and checks representative views: per
+//!   namespace a sidecar with and without a workload and a proxyless client;
+//! - an [`Auditor`] (the replica's audit thread, after each hand-off) checks what the
+//!   engine served: one proxy of every scope its streams asked parts for, from the parts
+//!   the snapshot cached for them, generating nothing. Generating views no client uses
+//!   (a proxyless client in every namespace, say) was most of the audit's cost at 1,000
+//!   services. It also reads a few facts of each resource (names, references, addresses,
+//!   duplicate domains), which are a function of its content, so it decodes a resource
+//!   only when its content (version) was not in the snapshot it checked before — after a
+//!   VirtualService edit, the few new route configurations — and runs the
+//!   cross-reference checks on every view from those facts.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
@@ -33,7 +39,7 @@ use prost::Message;
 
 use super::findings::Finding;
 use super::sanitize::{listener_address, listener_references, route_clusters};
-use super::snapshot::GeneratedSnapshot;
+use super::snapshot::{GeneratedSnapshot, ResourceMap};
 use super::tls::matches_sans_without_a_ca;
 use crate::ads::{Resource, XdsSnapshot, XdsType};
 
@@ -362,17 +368,22 @@ pub fn representative_proxies(snapshot: &GeneratedSnapshot) -> Vec<(String, Prox
     out
 }
 
-/// Checks a snapshot's representative views, every resource decoded; every finding is
-/// logged and counted.
+/// Checks a snapshot's representative views, every resource decoded (generating what they
+/// need); every finding is logged and counted.
 pub fn check_snapshot(snapshot: &GeneratedSnapshot) -> Vec<BrokenReference> {
-    Auditor::default().check(snapshot)
+    Auditor::default().check_views(snapshot, representative_proxies(snapshot), |p, kind| {
+        Some(snapshot.parts(p, kind))
+    })
 }
 
-/// The audit of a sequence of snapshots: checks each one's representative views whole,
-/// but decodes only the resources whose content it has not seen in the previous snapshot
-/// it checked (the facts a check reads of a resource are a function of its content, which
-/// its version hashes). It keeps the facts of the last snapshot only, so it holds at
-/// most one snapshot's distinct content's facts.
+/// The audit of a sequence of snapshots as the engine serves them: checks, in each, one
+/// proxy of every scope the streams asked parts for (the snapshot's served proxies), from
+/// the parts cached for them — never generating one; a scope whose parts were not all
+/// generated (a stream that has not asked for every type yet) or were dropped from the
+/// cache is left out. It decodes only the resources whose content it has not seen in the
+/// previous snapshot it checked (the facts a check reads of a resource are a function of
+/// its content, which its version hashes), and keeps the facts of the last snapshot only,
+/// so it holds at most one snapshot's distinct content's facts.
 #[derive(Debug, Default)]
 pub struct Auditor {
     facts: HashMap<String, Option<Arc<Facts>>>,
@@ -390,11 +401,45 @@ impl Auditor {
         self.facts.len()
     }
 
-    /// Checks `snapshot`'s representative views; every finding is logged and counted.
+    /// Checks the views `snapshot` served; every finding is logged and counted.
     pub fn check(&mut self, snapshot: &GeneratedSnapshot) -> Vec<BrokenReference> {
+        let mut proxies: Vec<(String, Proxy)> = snapshot
+            .served_proxies()
+            .into_iter()
+            .map(|p| (served_view_name(&p), p))
+            .collect();
+        proxies.sort_by(|a, b| a.0.cmp(&b.0));
+        self.check_views(snapshot, proxies, |p, kind| {
+            snapshot.parts_if_cached(p, kind)
+        })
+    }
+
+    /// Checks the views of `proxies` made of the parts `parts_of` gives (a proxy whose
+    /// parts it does not give is skipped).
+    fn check_views(
+        &mut self,
+        snapshot: &GeneratedSnapshot,
+        proxies: Vec<(String, Proxy)>,
+        parts_of: impl Fn(&Proxy, XdsType) -> Option<Vec<Arc<ResourceMap>>>,
+    ) -> Vec<BrokenReference> {
         let mut seen: HashMap<String, Option<Arc<Facts>>> = HashMap::new();
         let mut out = Vec::new();
-        for (name, proxy) in representative_proxies(snapshot) {
+        for (name, proxy) in proxies {
+            let Some(parts) = XdsType::ALL
+                .iter()
+                .map(|kind| parts_of(&proxy, *kind))
+                .collect::<Option<Vec<_>>>()
+            else {
+                continue;
+            };
+            // Every resource of a type, part by part (a name in two parts is listed
+            // twice: the duplicate check reports it).
+            let resources = |kind: XdsType| {
+                parts[kind.index()]
+                    .iter()
+                    .flat_map(|part| part.values().cloned())
+                    .collect::<Vec<Arc<Resource>>>()
+            };
             let mut facts = |r: &Resource, of: fn(&[u8]) -> Option<Facts>| {
                 if let Some(f) = seen.get(&r.version) {
                     return f.clone();
@@ -410,20 +455,20 @@ impl Auditor {
                 f
             };
             let mut view = ViewFacts::default();
-            for r in resources(snapshot, &proxy, XdsType::Cluster) {
+            for r in resources(XdsType::Cluster) {
                 let f = facts(&r, |b| Cluster::decode(b).ok().map(|c| cluster_facts(&c)));
                 view.clusters.push((r.name.clone(), f));
             }
-            for r in resources(snapshot, &proxy, XdsType::Endpoint) {
+            for r in resources(XdsType::Endpoint) {
                 // Only the name is read: nothing to decode, as before (an undecodable
                 // assignment did not count, and generated ones always decode).
                 view.endpoints.push(r.name.clone());
             }
-            for r in resources(snapshot, &proxy, XdsType::Listener) {
+            for r in resources(XdsType::Listener) {
                 let f = facts(&r, |b| Listener::decode(b).ok().map(|l| listener_facts(&l)));
                 view.listeners.push((r.name.clone(), f));
             }
-            for r in resources(snapshot, &proxy, XdsType::Route) {
+            for r in resources(XdsType::Route) {
                 let f = facts(&r, |b| {
                     RouteConfiguration::decode(b)
                         .ok()
@@ -446,14 +491,13 @@ impl Auditor {
     }
 }
 
-/// Every resource of `kind` `proxy` gets, part by part (a name in two parts is listed
-/// twice: the duplicate check reports it).
-fn resources(snapshot: &GeneratedSnapshot, proxy: &Proxy, kind: XdsType) -> Vec<Arc<Resource>> {
-    snapshot
-        .parts(proxy, kind)
-        .iter()
-        .flat_map(|part| part.values().cloned())
-        .collect()
+/// How a served proxy's view is named in findings: its flavour, namespace and node id.
+fn served_view_name(proxy: &Proxy) -> String {
+    let flavor = match proxy.generator {
+        ProxyGenerator::Envoy => "sidecar",
+        ProxyGenerator::Grpc => "proxyless",
+    };
+    format!("{flavor} {} (as {})", proxy.namespace, proxy.id)
 }
 
 #[cfg(test)]

@@ -263,6 +263,9 @@ pub struct GeneratedSnapshot {
     /// Which findings were logged lately; shared along a chain of snapshots (`following`),
     /// so a finding every snapshot meets again is logged once per window, not per edit.
     log_window: Arc<Mutex<LogWindow>>,
+    /// One proxy of every scope the engine asked parts for (at most
+    /// [`PART_CACHE_CAPACITY`]): what the replica's audit checks ([`super::Auditor`]).
+    served: Mutex<HashMap<Scope, Proxy>>,
 }
 
 const PARTS: usize = 6;
@@ -310,6 +313,7 @@ impl GeneratedSnapshot {
             reused_parts: AtomicU64::new(0),
             reused_resources: AtomicU64::new(0),
             log_window: Arc::default(),
+            served: Mutex::new(HashMap::new()),
         }
     }
 
@@ -508,21 +512,45 @@ impl GeneratedSnapshot {
             return Vec::new();
         }
         let scope = self.index.scope(proxy);
-        let flavor = Flavor::of(proxy);
-        let parts: &[Part] = match (kind, flavor) {
-            (XdsType::Cluster, Flavor::Sidecar) => &[Part::OutboundClusters, Part::InboundClusters],
-            (XdsType::Cluster, Flavor::Proxyless) => &[Part::OutboundClusters],
-            (XdsType::Endpoint, _) => &[Part::Endpoints],
-            (XdsType::Listener, Flavor::Sidecar) => {
-                &[Part::OutboundListeners, Part::InboundListener]
-            }
-            (XdsType::Listener, Flavor::Proxyless) => &[Part::OutboundListeners],
-            (XdsType::Route, _) => &[Part::Routes],
-        };
-        parts
+        self.parts_in(proxy, &scope, kind)
+    }
+
+    fn parts_in(&self, proxy: &Proxy, scope: &Scope, kind: XdsType) -> Vec<Arc<ResourceMap>> {
+        parts_for(kind, Flavor::of(proxy))
             .iter()
-            .map(|part| self.part(proxy, &scope, *part))
+            .map(|part| self.part(proxy, scope, *part))
             .collect()
+    }
+
+    /// The parts of `kind` for `proxy` that are cached already, or `None` when one of them
+    /// is not: never generates anything.
+    pub fn parts_if_cached(&self, proxy: &Proxy, kind: XdsType) -> Option<Vec<Arc<ResourceMap>>> {
+        if proxy.proxy_type == ProxyType::Router {
+            return Some(Vec::new());
+        }
+        let scope = self.index.scope(proxy);
+        parts_for(kind, Flavor::of(proxy))
+            .iter()
+            .map(|part| self.parts.peek(&(*part, scope.for_part(*part))))
+            .collect()
+    }
+
+    /// One proxy of each scope the engine asked parts for, in no particular order.
+    pub fn served_proxies(&self) -> Vec<Proxy> {
+        self.served
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Remembers `proxy` as the sample of its `scope` (the first one asked for it).
+    fn note_served(&self, proxy: &Proxy, scope: &Scope) {
+        let mut served = self.served.lock().unwrap_or_else(|e| e.into_inner());
+        if served.len() < PART_CACHE_CAPACITY && !served.contains_key(scope) {
+            served.insert(scope.clone(), proxy.clone());
+        }
     }
 
     fn plan(&self, proxy: &Proxy, scope: &Scope) -> Arc<OutboundPlan> {
@@ -700,6 +728,18 @@ impl GeneratedSnapshot {
     }
 }
 
+/// The cached parts that make up `kind` for a client of `flavor`.
+fn parts_for(kind: XdsType, flavor: Flavor) -> &'static [Part] {
+    match (kind, flavor) {
+        (XdsType::Cluster, Flavor::Sidecar) => &[Part::OutboundClusters, Part::InboundClusters],
+        (XdsType::Cluster, Flavor::Proxyless) => &[Part::OutboundClusters],
+        (XdsType::Endpoint, _) => &[Part::Endpoints],
+        (XdsType::Listener, Flavor::Sidecar) => &[Part::OutboundListeners, Part::InboundListener],
+        (XdsType::Listener, Flavor::Proxyless) => &[Part::OutboundListeners],
+        (XdsType::Route, _) => &[Part::Routes],
+    }
+}
+
 /// Logs and counts a proxy Pilotfish does not configure (a gateway: `router~` node id), once
 /// per ADS stream (the node parser calls it for the stream's first request); such a proxy
 /// gets an empty configuration from every snapshot.
@@ -851,9 +891,15 @@ impl XdsSnapshot for GeneratedSnapshot {
         self.version
     }
 
-    /// Straight from the cached parts: every proxy of a scope gets the same `Arc`s.
+    /// Straight from the cached parts: every proxy of a scope gets the same `Arc`s. The
+    /// scope counts as served (the audit checks it).
     fn parts(&self, proxy: &Proxy, kind: XdsType) -> Vec<Arc<ResourceMap>> {
-        self.parts_of(proxy, kind)
+        if proxy.proxy_type == ProxyType::Router {
+            return Vec::new();
+        }
+        let scope = self.index.scope(proxy);
+        self.note_served(proxy, &scope);
+        self.parts_in(proxy, &scope, kind)
     }
 
     /// A proxyless gRPC server's listeners (`xds.istio.io/grpc/lds/inbound/<ip>:<port>`),

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use pilotfish_mesh::document::{parse_text, to_inputs};
 use pilotfish_mesh::model::{Proxy, ProxyGenerator};
 use pilotfish_mesh::push_context::{BuildInputs, JwksOutcome, JwksSource, PushContext, build};
-use pilotfish_xds::ads::{ChangeKind, XdsType};
+use pilotfish_xds::ads::{ChangeKind, XdsSnapshot, XdsType};
 use pilotfish_xds::generate::scope::Part;
 use pilotfish_xds::generate::{Auditor, GeneratedSnapshot, check_snapshot};
 use proptest::prelude::*;
@@ -452,10 +452,22 @@ proptest! {
     }
 }
 
+/// What ADS streams of `proxies` would ask `snapshot` for: every type's parts (so their
+/// scopes count as served, for the audit).
+fn serve(snapshot: &GeneratedSnapshot, proxies: &[Proxy], kinds: &[XdsType]) {
+    for proxy in proxies {
+        for kind in kinds {
+            XdsSnapshot::parts(snapshot, proxy, *kind);
+        }
+    }
+}
+
 #[test]
 fn the_audit_decodes_only_new_content() {
+    let proxies = proxies();
     let mut mesh = Mesh::new(30);
     let first = Arc::new(GeneratedSnapshot::new(mesh.push(), 1, ChangeKind::Full));
+    serve(&first, &proxies, &TYPES);
     let mut auditor = Auditor::default();
     assert_eq!(auditor.check(&first), Vec::new());
     let whole = auditor.decoded();
@@ -467,12 +479,13 @@ fn the_audit_decodes_only_new_content() {
 
     mesh.virtual_services[3] = Some(60);
     let edited = GeneratedSnapshot::following(&first, mesh.push(), 2);
+    serve(&edited, &proxies, &TYPES);
     assert_eq!(auditor.check(&edited), Vec::new());
-    // New content per representative namespace (3 and the root): svc3's route
-    // configuration for sidecars and for proxyless clients.
+    // New content per namespace: svc3's route configuration for sidecars and for
+    // proxyless clients.
     let new = auditor.decoded() - whole;
     assert!(
-        (1..=2 * (NAMESPACES as u64 + 1)).contains(&new),
+        (1..=2 * NAMESPACES as u64).contains(&new),
         "decoded {new} new resources"
     );
     // Only the last snapshot's facts are kept.
@@ -482,8 +495,62 @@ fn the_audit_decodes_only_new_content() {
         auditor.remembered()
     );
 
-    // A fresh auditor checks the same snapshot the same way, decoding everything.
+    // A fresh check of the same snapshot's representative views finds nothing either.
     assert_eq!(check_snapshot(&edited), Vec::new());
+}
+
+/// The replica's audit checks the scopes streams were served, from the parts cached for
+/// them, and generates nothing: a snapshot nobody asked for is not audited, and a scope
+/// is audited once all its types' parts exist.
+#[test]
+fn the_audit_checks_what_was_served_and_generates_nothing() {
+    let proxies = proxies();
+    let mesh = Mesh::new(30);
+    let snapshot = GeneratedSnapshot::new(mesh.push(), 1, ChangeKind::Full);
+    let mut auditor = Auditor::default();
+    assert_eq!(auditor.check(&snapshot), Vec::new());
+    assert_eq!(auditor.decoded(), 0, "nothing served, nothing audited");
+    assert_eq!(snapshot.generations(), 0, "the audit generated something");
+
+    // Namespace ns0's three proxies, every type.
+    serve(&snapshot, &proxies[..3], &TYPES);
+    let generated = snapshot.generations();
+    assert_eq!(auditor.check(&snapshot), Vec::new());
+    assert_eq!(
+        snapshot.generations(),
+        generated,
+        "the audit generated something"
+    );
+    let ns0 = auditor.decoded();
+    assert!(ns0 > 50, "ns0's views decoded: {ns0}");
+
+    // A sidecar of svc4's workload (ns1, a TCP port: an inbound listener no other proxy
+    // shares) asked for clusters only: its inbound listener does not exist yet, so its
+    // scope is not audited (and nothing is generated for it).
+    let tcp_workload = [Proxy {
+        namespace: "ns1".into(),
+        labels: [("app".to_string(), "svc4".to_string())]
+            .into_iter()
+            .collect(),
+        ..Proxy::with_defaults("sidecar~10.1.4.1~w4.ns1~ns1.svc.cluster.local")
+    }];
+    serve(&snapshot, &tcp_workload, &[XdsType::Cluster]);
+    let generated = snapshot.generations();
+    assert_eq!(auditor.check(&snapshot), Vec::new());
+    assert_eq!(snapshot.generations(), generated);
+    assert_eq!(
+        auditor.decoded(),
+        ns0,
+        "a scope not fully served was audited"
+    );
+
+    // Once it has asked for every type, it is.
+    serve(&snapshot, &tcp_workload, &TYPES);
+    assert_eq!(auditor.check(&snapshot), Vec::new());
+    assert!(
+        auditor.decoded() > ns0,
+        "ns1's sidecar view was not audited"
+    );
 }
 
 /// Namespaces, localities and label values a client makes up all fall into one class each:
