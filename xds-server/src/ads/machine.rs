@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 use pilotfish_mesh::model::Proxy;
 
 use super::delta::DeltaStream;
 use super::names::NameSets;
 use super::registry::StreamMode;
+use super::request::SotwRequest;
 use super::sotw::SotwStream;
 use super::state::{ProtocolEvent, TypeStatus};
 use super::types::XdsType;
@@ -41,16 +42,16 @@ pub trait StreamMachine: Send + 'static {
 // The stream loop drives the state machines through this trait; each method is the
 // machine's own (inherent) one.
 impl StreamMachine for SotwStream {
-    type Request = DiscoveryRequest;
+    type Request = SotwRequest;
     type Response = SotwResponse;
     const MODE: StreamMode = StreamMode::Sotw;
     fn new(proxy: Arc<Proxy>, snapshot: Arc<ServedSnapshot>, names: Arc<NameSets>) -> Self {
         SotwStream::new(proxy, snapshot, names)
     }
-    fn node(request: &DiscoveryRequest) -> Option<&Node> {
+    fn node(request: &SotwRequest) -> Option<&Node> {
         request.node.as_ref()
     }
-    fn on_request(&mut self, request: &DiscoveryRequest, now: SystemTime) -> Vec<ProtocolEvent> {
+    fn on_request(&mut self, request: &SotwRequest, now: SystemTime) -> Vec<ProtocolEvent> {
         SotwStream::on_request(self, request, now)
     }
     fn on_snapshot(&mut self, snapshot: Arc<ServedSnapshot>) {

@@ -8,7 +8,8 @@
 //!   [`MapSnapshot`] is a map-backed one for tests and load tools.
 //! - [`ServedSnapshot`], [`View`]: a snapshot with the responses computed from it, shared
 //!   by every stream; [`NameSets`], the interned subscriptions.
-//! - [`SotwStream`], [`DeltaStream`]: the per-stream protocol state machines, and the
+//! - [`SotwStream`], [`DeltaStream`]: the per-stream protocol state machines, the SotW
+//!   request as the engine decodes it ([`SotwRequest`]: names not copied), and the
 //!   responses they decide ([`SotwResponse`], [`DeltaResponse`]) with their encodings;
 //!   [`StreamMachine`], the one interface their drivers (stream loop, fuzz targets) use.
 //! - [`AdsServer`], [`AdsConfig`], and [`serve`] to run it on a listener; [`Admission`],
@@ -30,6 +31,7 @@ mod names;
 mod props;
 mod proto;
 mod registry;
+mod request;
 mod resource;
 mod service;
 mod sotw;
@@ -56,6 +58,7 @@ pub use names::{NameSet, NameSets};
 pub use registry::{
     ConnectionRegistry, StreamHandle, StreamMode, StreamStatus, SyncStatus, TypeSync,
 };
+pub use request::SotwRequest;
 pub use resource::{ChangeKind, Resource, ResourceMap, XdsSnapshot, content_version, shared_part};
 pub use service::{AdsConfig, AdsError, AdsServer};
 pub use sotw::SotwStream;

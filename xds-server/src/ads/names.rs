@@ -62,21 +62,31 @@ impl NameSet {
         self.names.iter()
     }
 
-    /// Whether `names` (in any order, possibly repeated) is exactly this set. Used to tell
-    /// an unchanged SotW request (every ACK repeats the whole list) without building a set.
-    pub fn same_as(&self, names: &[String]) -> bool {
-        let sorted_unique = names.windows(2).all(|w| w[0] < w[1]);
+    /// Whether `names` (in any order, possibly repeated; compared as bytes) is exactly
+    /// this set. Used to tell an unchanged SotW request (every ACK repeats the whole list)
+    /// without building a set or a string.
+    pub fn same_as<N: AsRef<[u8]>>(&self, names: &[N]) -> bool {
+        let sorted_unique = names.windows(2).all(|w| w[0].as_ref() < w[1].as_ref());
         if sorted_unique {
             return names.len() == self.names.len()
-                && names.iter().zip(self.names.iter()).all(|(a, b)| a == b);
+                && names
+                    .iter()
+                    .zip(self.names.iter())
+                    .all(|(a, b)| a.as_ref() == b.as_bytes());
         }
-        if !names.iter().all(|n| self.contains(n)) {
+        if !names.iter().all(|n| self.contains_bytes(n.as_ref())) {
             return false;
         }
-        let mut distinct: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut distinct: Vec<&[u8]> = names.iter().map(AsRef::as_ref).collect();
         distinct.sort_unstable();
         distinct.dedup();
         distinct.len() == self.names.len()
+    }
+
+    fn contains_bytes(&self, name: &[u8]) -> bool {
+        self.names
+            .binary_search_by(|n| n.as_bytes().cmp(name))
+            .is_ok()
     }
 }
 

@@ -255,7 +255,7 @@ fn run_sotw(ops: Vec<SotwOp>) -> Result<(), TestCaseError> {
                     }),
                     ..Default::default()
                 };
-                let events = stream.on_request(&request, T0);
+                let events = stream.on_request(&request.into(), T0);
                 if ends(&events) {
                     prop_assert!(!known, "only type URLs can end these streams");
                     let (_, unknown) = stream.status();
@@ -438,7 +438,7 @@ fn run_delta(ops: Vec<DeltaOp>) -> Result<(), TestCaseError> {
                         holds[ty].insert(n, claimed);
                     }
                 }
-                let events = stream.on_request(&request, T0);
+                let events = stream.on_request(&request.into(), T0);
                 if ends(&events) {
                     prop_assert!(!known, "only type URLs can end these streams");
                     return Ok(());

@@ -480,19 +480,22 @@ fn connection_ending() -> Status {
 }
 
 /// The status that ends a stream whose client went past a per-stream limit: type URLs
-/// nobody serves are a malformed request (`INVALID_ARGUMENT`); a subscription beyond the
+/// nobody serves, and resource names that are not UTF-8, are a malformed request
+/// (`INVALID_ARGUMENT`); a subscription beyond the
 /// name caps is a valid request beyond this server's per-stream quota, which gRPC spells
 /// `RESOURCE_EXHAUSTED` (Envoy and gRPC clients retry either with backoff; the code tells
 /// an operator which it was).
 fn over_limit(events: &[ProtocolEvent]) -> Option<Status> {
     events.iter().find_map(|e| match e {
-        ProtocolEvent::OverLimit { limit, reason } => {
-            let message = format!("this ADS stream went past a limit: {reason}");
-            Some(match limit {
-                Limit::TypeUrls => Status::invalid_argument(message),
-                Limit::SubscribedNames => Status::resource_exhausted(message),
-            })
-        }
+        ProtocolEvent::OverLimit { limit, reason } => Some(match limit {
+            Limit::TypeUrls => {
+                Status::invalid_argument(format!("this ADS stream went past a limit: {reason}"))
+            }
+            Limit::SubscribedNames => {
+                Status::resource_exhausted(format!("this ADS stream went past a limit: {reason}"))
+            }
+            Limit::Malformed => Status::invalid_argument(format!("malformed request: {reason}")),
+        }),
         _ => None,
     })
 }

@@ -40,13 +40,13 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use pilotfish_mesh::model::Proxy;
 
 use super::names::NameSets;
+use super::request::SotwRequest;
 use super::resource::{ChangeKind, Resource};
 use super::state::{AckStatus, Held, NackStatus, Reply, TypeStatus, owe};
-use super::state::{Limit, NonceSource, ProtocolEvent, SentRecord, Subscription, TypeRecord};
+use super::state::{NonceSource, ProtocolEvent, SentRecord, Subscription, TypeRecord};
 use super::state::{name_bytes_left, served_type, view_entries, walk_changes};
 use super::types::XdsType;
 use super::view::{ServedSnapshot, View};
@@ -141,11 +141,7 @@ impl SotwStream {
 
     /// Handles one client request: records ACK/NACK and the subscription, and marks the
     /// type as owing a response when the request asks for one.
-    pub fn on_request(
-        &mut self,
-        request: &DiscoveryRequest,
-        now: SystemTime,
-    ) -> Vec<ProtocolEvent> {
+    pub fn on_request(&mut self, request: &SotwRequest, now: SystemTime) -> Vec<ProtocolEvent> {
         let mut events = Vec::new();
         let Some(xds_type) = served_type(&request.type_url, &mut self.unknown_types, &mut events)
         else {
@@ -212,11 +208,8 @@ impl SotwStream {
             bytes_left,
         ) {
             Ok(changed) => changed,
-            Err(reason) => {
-                events.push(ProtocolEvent::OverLimit {
-                    limit: Limit::SubscribedNames,
-                    reason,
-                });
+            Err((limit, reason)) => {
+                events.push(ProtocolEvent::OverLimit { limit, reason });
                 return events;
             }
         };
@@ -416,6 +409,7 @@ mod tests {
     use crate::ads::resource::XdsSnapshot;
     use crate::ads::types::{CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE};
     use crate::ads::wire::decode;
+    use bytes::Bytes;
     use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
     use envoy_types::pb::google::rpc::Status;
 
@@ -435,7 +429,7 @@ mod tests {
             .collect()
     }
 
-    fn handle(s: &mut SotwStream, r: &DiscoveryRequest, now: SystemTime) -> Output {
+    fn handle(s: &mut SotwStream, r: &SotwRequest, now: SystemTime) -> Output {
         let events = s.on_request(r, now);
         Output {
             responses: drain(s),
@@ -463,17 +457,17 @@ mod tests {
         with("p", snapshot.shared())
     }
 
-    fn req(type_url: &str, names: &[&str], nonce: &str) -> DiscoveryRequest {
-        DiscoveryRequest {
+    fn req(type_url: &str, names: &[&str], nonce: &str) -> SotwRequest {
+        SotwRequest {
             type_url: type_url.to_string(),
-            resource_names: names.iter().map(|s| s.to_string()).collect(),
+            resource_names: names.iter().map(|s| Bytes::from(s.to_string())).collect(),
             response_nonce: nonce.to_string(),
             ..Default::default()
         }
     }
 
-    fn nack(type_url: &str, names: &[&str], nonce: &str) -> DiscoveryRequest {
-        DiscoveryRequest {
+    fn nack(type_url: &str, names: &[&str], nonce: &str) -> SotwRequest {
+        SotwRequest {
             error_detail: Some(Status {
                 code: 3,
                 message: "bad cluster".into(),
@@ -1190,7 +1184,7 @@ mod tests {
 
     #[test]
     fn a_name_list_beyond_the_caps_is_refused_and_nothing_applied() {
-        use crate::ads::state::{MAX_SUBSCRIBED_NAME_BYTES, MAX_SUBSCRIBED_NAMES};
+        use crate::ads::state::{Limit, MAX_SUBSCRIBED_NAME_BYTES, MAX_SUBSCRIBED_NAMES};
         let over = |events: &[ProtocolEvent]| {
             events.iter().any(|e| {
                 matches!(
@@ -1207,8 +1201,8 @@ mod tests {
             (names.len(), names.bytes())
         };
         let mut s = stream(MapSnapshot::sample(1));
-        let all: Vec<String> = (0..MAX_SUBSCRIBED_NAMES)
-            .map(|i| format!("c{i:06}"))
+        let all: Vec<Bytes> = (0..MAX_SUBSCRIBED_NAMES)
+            .map(|i| Bytes::from(format!("c{i:06}")))
             .collect();
         let mut request = req(ENDPOINT_TYPE, &[], "");
         request.resource_names = all.clone();
@@ -1217,7 +1211,7 @@ mod tests {
             held(&s, XdsType::Endpoint),
             (MAX_SUBSCRIBED_NAMES, 7 * MAX_SUBSCRIBED_NAMES)
         );
-        request.resource_names.push("one-more".into());
+        request.resource_names.push(Bytes::from_static(b"one-more"));
         assert!(over(&s.on_request(&request, T0)));
         assert_eq!(
             held(&s, XdsType::Endpoint).0,
@@ -1230,7 +1224,7 @@ mod tests {
 
         // Bytes, across types: 10 MiB of endpoint names leave no room for 10 MiB of routes.
         let mut s = stream(MapSnapshot::sample(1));
-        let long = |prefix: &str, i: usize| format!("{prefix}{i:0>252}");
+        let long = |prefix: &str, i: usize| Bytes::from(format!("{prefix}{i:0>252}"));
         let mut eds = req(ENDPOINT_TYPE, &[], "");
         eds.resource_names = (0..40_000).map(|i| long("eds-", i)).collect();
         assert!(!over(&s.on_request(&eds, T0)));
@@ -1240,5 +1234,34 @@ mod tests {
         let total: usize = XdsType::ALL.iter().map(|t| held(&s, *t).1).sum();
         assert_eq!(total, 40_000 * 256);
         assert!(total <= MAX_SUBSCRIBED_NAME_BYTES);
+    }
+
+    /// A name that is not UTF-8 (which decoding it as a `string` would have refused) ends
+    /// the stream as malformed; the same bytes repeated by an ACK are compared, never
+    /// converted.
+    #[test]
+    fn a_name_that_is_not_utf8_is_a_malformed_request() {
+        use crate::ads::state::Limit;
+        let mut s = stream(MapSnapshot::sample(1));
+        let mut request = req(ENDPOINT_TYPE, &["c1"], "");
+        request.resource_names.push(Bytes::from_static(b"\xff\xfe"));
+        let events = s.on_request(&request, T0);
+        assert!(
+            matches!(
+                events.as_slice(),
+                [ProtocolEvent::OverLimit {
+                    limit: Limit::Malformed,
+                    ..
+                }]
+            ),
+            "{events:?}"
+        );
+        assert!(
+            s.types[XdsType::Endpoint.index()]
+                .record
+                .subscription
+                .names
+                .is_empty()
+        );
     }
 }

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use bytes::Bytes;
 use serde::{Serialize, Serializer};
 
 use super::names::{NameSet, NameSets};
@@ -41,17 +42,19 @@ impl Default for Subscription {
 }
 
 impl Subscription {
-    /// Applies a SotW request's full name list. Returns whether the subscription changed,
-    /// or — changing nothing — why the list is beyond [`MAX_SUBSCRIBED_NAMES`] or
-    /// `max_bytes` (what the stream's other types leave of [`MAX_SUBSCRIBED_NAME_BYTES`]).
+    /// Applies a SotW request's full name list (as received: [`super::SotwRequest`]).
+    /// Returns whether the subscription changed, or — changing nothing — why the request
+    /// cannot be taken: a list beyond [`MAX_SUBSCRIBED_NAMES`] or `max_bytes` (what the
+    /// stream's other types leave of [`MAX_SUBSCRIBED_NAME_BYTES`]), or a name that is not
+    /// UTF-8 ([`Limit::Malformed`]).
     pub fn apply_sotw(
         &mut self,
         xds_type: XdsType,
         first_request: bool,
-        names: &[String],
+        names: &[Bytes],
         sets: &NameSets,
         max_bytes: usize,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, (Limit, String)> {
         let before = self.clone();
         if names.is_empty() {
             // Legacy wildcard: only an empty list on a type never named explicitly.
@@ -62,25 +65,38 @@ impl Subscription {
                 self.names = NameSet::empty();
             }
         } else {
-            let explicit: Vec<&String> = names.iter().filter(|n| *n != WILDCARD).collect();
+            let is_wildcard = |n: &Bytes| n.as_ref() == WILDCARD.as_bytes();
+            let wildcard = names.iter().any(is_wildcard);
             // Every SotW ACK repeats the whole list: compare before building anything.
-            let unchanged = if explicit.len() == names.len() {
-                self.names.same_as(names)
+            let unchanged = if wildcard {
+                let explicit: Vec<&Bytes> = names.iter().filter(|n| !is_wildcard(n)).collect();
+                self.names.same_as(&explicit)
             } else {
-                let owned: Vec<String> = explicit.iter().map(|n| (*n).clone()).collect();
-                self.names.same_as(&owned)
+                self.names.same_as(names)
             };
             if !unchanged {
+                let explicit = names
+                    .iter()
+                    .filter(|n| !is_wildcard(n))
+                    .map(|n| std::str::from_utf8(n).map(str::to_string))
+                    .collect::<Result<Vec<String>, _>>()
+                    .map_err(|_| {
+                        (
+                            Limit::Malformed,
+                            format!("a resource name subscribed for {xds_type} is not UTF-8"),
+                        )
+                    })?;
                 self.names = sets
-                    .intern_within(
-                        explicit.into_iter().cloned().collect(),
-                        MAX_SUBSCRIBED_NAMES,
-                        max_bytes,
-                    )
-                    .map_err(|(count, bytes)| over_names(xds_type, count, bytes, max_bytes))?;
+                    .intern_within(explicit, MAX_SUBSCRIBED_NAMES, max_bytes)
+                    .map_err(|(count, bytes)| {
+                        (
+                            Limit::SubscribedNames,
+                            over_names(xds_type, count, bytes, max_bytes),
+                        )
+                    })?;
             }
             self.named_before = true;
-            self.wildcard = names.iter().any(|n| n == WILDCARD);
+            self.wildcard = wildcard;
         }
         Ok(*self != before)
     }
@@ -485,6 +501,9 @@ pub enum Limit {
     /// [`MAX_SUBSCRIBED_NAMES`] or [`MAX_SUBSCRIBED_NAME_BYTES`]: a valid request beyond
     /// this server's per-stream quota (`RESOURCE_EXHAUSTED`).
     SubscribedNames,
+    /// Not a limit: a request that is not what its type says (a resource name that is not
+    /// UTF-8), `INVALID_ARGUMENT`.
+    Malformed,
 }
 
 impl Limit {
@@ -493,6 +512,7 @@ impl Limit {
         match self {
             Limit::TypeUrls => "over_limit",
             Limit::SubscribedNames => "subscription_limit",
+            Limit::Malformed => "malformed_request",
         }
     }
 }
@@ -712,6 +732,10 @@ mod tests {
         }
     }
 
+    fn sotw_names(list: &[&str]) -> Vec<Bytes> {
+        list.iter().map(|s| Bytes::from(s.to_string())).collect()
+    }
+
     #[test]
     fn empty_first_request_is_wildcard_for_lds_and_cds_only() {
         let sets = NameSets::default();
@@ -756,7 +780,7 @@ mod tests {
             sub.apply_sotw(
                 XdsType::Listener,
                 false,
-                &names(&["a"]),
+                &sotw_names(&["a"]),
                 &sets,
                 MAX_SUBSCRIBED_NAME_BYTES
             )
@@ -811,7 +835,7 @@ mod tests {
         sub.apply_sotw(
             XdsType::Route,
             true,
-            &names(&["*", "r1"]),
+            &sotw_names(&["*", "r1"]),
             &sets,
             MAX_SUBSCRIBED_NAME_BYTES,
         )
@@ -829,7 +853,7 @@ mod tests {
         a.apply_sotw(
             XdsType::Endpoint,
             true,
-            &names(&["y", "x"]),
+            &sotw_names(&["y", "x"]),
             &sets,
             MAX_SUBSCRIBED_NAME_BYTES,
         )
@@ -837,7 +861,7 @@ mod tests {
         b.apply_sotw(
             XdsType::Endpoint,
             true,
-            &names(&["x", "y"]),
+            &sotw_names(&["x", "y"]),
             &sets,
             MAX_SUBSCRIBED_NAME_BYTES,
         )
@@ -848,7 +872,7 @@ mod tests {
             !a.apply_sotw(
                 XdsType::Endpoint,
                 false,
-                &names(&["x", "y"]),
+                &sotw_names(&["x", "y"]),
                 &sets,
                 MAX_SUBSCRIBED_NAME_BYTES
             )
@@ -859,7 +883,7 @@ mod tests {
             a.apply_sotw(
                 XdsType::Endpoint,
                 false,
-                &names(&["x"]),
+                &sotw_names(&["x"]),
                 &sets,
                 MAX_SUBSCRIBED_NAME_BYTES
             )

@@ -52,7 +52,7 @@ use pilotfish_mesh::push_context::{BuildInputs, PushContext, build};
 use pilotfish_mesh::synthetic::{MeshShape, mesh};
 use pilotfish_xds::ads::{
     ChangeKind, ControlPlane as Replica, DeltaStream, NameSets, Resource, ServedSnapshot,
-    SotwStream, XdsType, encode_delta, encode_sotw,
+    SotwRequest, SotwStream, XdsType, encode_delta, encode_sotw,
 };
 use pilotfish_xds::generate::{GeneratedSnapshot, ResourceMap};
 use prost::Message;
@@ -576,7 +576,7 @@ impl SotwEnvoy {
         (envoy, bytes)
     }
 
-    fn request(&self, kind: XdsType) -> DiscoveryRequest {
+    fn request(&self, kind: XdsType) -> SotwRequest {
         let (version_info, response_nonce) = self.nonces.get(&kind).cloned().unwrap_or_default();
         DiscoveryRequest {
             version_info,
@@ -585,6 +585,7 @@ impl SotwEnvoy {
             resource_names: self.names.get(&kind).cloned().unwrap_or_default(),
             ..Default::default()
         }
+        .into()
     }
 
     fn push(&mut self, snapshot: Arc<ServedSnapshot>) -> usize {
