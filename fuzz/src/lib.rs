@@ -7,7 +7,8 @@ use std::time::SystemTime;
 
 use pilotfish_mesh::model::Proxy;
 use pilotfish_xds::ads::{
-    CLUSTER_TYPE, MapSnapshot, NameSets, ProtocolEvent, ROUTE_TYPE, ServedSnapshot, StreamMachine,
+    CLUSTER_TYPE, MapSnapshot, NameSets, ProtocolEvent, ROUTE_TYPE, RequestMessage, ServedSnapshot,
+    StreamMachine,
 };
 
 /// Two snapshots the input can move the stream between.
@@ -53,7 +54,9 @@ pub fn drive_ads_stream<M: StreamMachine>(
             let len = usize::from(len).min(tail.len());
             let (message, tail) = tail.split_at(len);
             rest = tail;
-            let Ok(mut request) = <M::Request as prost::Message>::decode(message) else {
+            let Ok(mut request) =
+                <M::Request as RequestMessage>::decode(bytes::Bytes::copy_from_slice(message))
+            else {
                 continue;
             };
             let nonce = nonce_of(&mut request);

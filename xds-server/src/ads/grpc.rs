@@ -30,6 +30,7 @@ use serde::Serialize;
 use tokio::sync::Notify;
 use tonic::Status;
 
+use super::request::RequestMessage;
 use super::wire::{Encoded, GRPC_PREFIX};
 use crate::metrics;
 
@@ -336,7 +337,7 @@ pub struct RequestStream<T> {
     _message: std::marker::PhantomData<fn() -> T>,
 }
 
-impl<T: prost::Message + Default> RequestStream<T> {
+impl<T: RequestMessage> RequestStream<T> {
     pub fn new(body: Incoming) -> Self {
         RequestStream {
             body,
@@ -412,7 +413,7 @@ impl<T: prost::Message + Default> RequestStream<T> {
         let message = match self.chunks.front() {
             // All of it in one chunk: decode in place.
             Some(front) if front.len() >= len => {
-                let decoded = T::decode(&front[..len]);
+                let decoded = T::decode(front.slice(..len));
                 self.advance(len);
                 decoded
             }

@@ -12,7 +12,7 @@ use pilotfish_mesh::model::Proxy;
 use super::delta::DeltaStream;
 use super::names::NameSets;
 use super::registry::StreamMode;
-use super::request::SotwRequest;
+use super::request::{RequestMessage, SotwRequest};
 use super::sotw::SotwStream;
 use super::state::{ProtocolEvent, TypeStatus};
 use super::types::XdsType;
@@ -22,7 +22,7 @@ use super::wire::{ControlPlane, DeltaResponse, Encoded, SotwResponse, encode_del
 /// What a driver of a state machine needs of it — the stream loop, and the fuzz targets
 /// that feed it requests; SotW and delta differ only here.
 pub trait StreamMachine: Send + 'static {
-    type Request: prost::Message + Default + Send + 'static;
+    type Request: RequestMessage;
     type Response: Send;
     const MODE: StreamMode;
     fn new(proxy: Arc<Proxy>, snapshot: Arc<ServedSnapshot>, names: Arc<NameSets>) -> Self;

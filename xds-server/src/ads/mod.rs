@@ -58,7 +58,7 @@ pub use names::{NameSet, NameSets};
 pub use registry::{
     ConnectionRegistry, StreamHandle, StreamMode, StreamStatus, SyncStatus, TypeSync,
 };
-pub use request::SotwRequest;
+pub use request::{RequestDecodeError, RequestMessage, ResourceNames, SotwRequest};
 pub use resource::{ChangeKind, Resource, ResourceMap, XdsSnapshot, content_version, shared_part};
 pub use service::{AdsConfig, AdsError, AdsServer};
 pub use sotw::SotwStream;

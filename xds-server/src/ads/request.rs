@@ -1,65 +1,165 @@
-//! [`SotwRequest`]: a `DiscoveryRequest` as the SotW engine reads it.
+//! The requests as the engine decodes them ([`RequestMessage`]): a delta request through prost,
+//! and a SotW request ([`SotwRequest`]) by hand, with its resource names left in the
+//! received message.
 //!
 //! Every SotW request repeats the client's whole subscription for its type, and a
 //! sidecar's RDS and EDS lists run to a name per service: decoded as `String`s, each ACK
 //! allocated (and UTF-8 checked, and freed) thousands of strings per stream per push —
 //! a seventh of the server's CPU during a VirtualService push to 2,000 SotW streams
-//! (docs/PERFORMANCE.md). Here the names stay slices of the received message (`Bytes`,
-//! no copy); the state machine compares them with the stream's interned subscription as
-//! bytes and makes strings of them only when the subscription changes
-//! ([`crate::ads::Subscription::apply_sotw`], which also refuses a name that is not
-//! UTF-8, as decoding a `string` field would have).
+//! (docs/PERFORMANCE.md); as `Bytes` slices, it still took a reference count per name. A
+//! [`SotwRequest`] keeps the received message and the position of each name in it; the
+//! state machine compares them with the stream's interned subscription as bytes and makes
+//! strings of them only when the subscription changes
+//! ([`crate::ads::Subscription::apply_sotw`], which also refuses a name that is not UTF-8,
+//! as decoding a `string` field would have).
 //!
-//! The field numbers are those of `envoy.service.discovery.v3.DiscoveryRequest`, so the
-//! message decodes from the same bytes; `resource_locators` (xdstp), which the engine does
-//! not serve, is skipped as an unknown field.
+//! The field numbers are those of `envoy.service.discovery.v3.DiscoveryRequest`;
+//! `resource_locators` (xdstp), which the engine does not serve, is skipped like any
+//! unknown field.
 
-use bytes::Bytes;
+use std::ops::Range;
+
+use bytes::{Buf, Bytes};
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use envoy_types::pb::google::rpc::Status;
+use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, message, skip_field};
+use prost::{DecodeError, Message};
 
-/// The fields of a `DiscoveryRequest` the SotW engine reads.
-#[derive(Clone, PartialEq, prost::Message)]
+/// A request message of an ADS stream, decoded from one gRPC message.
+pub trait RequestMessage: Sized + Send + 'static {
+    fn decode(message: Bytes) -> Result<Self, RequestDecodeError>;
+}
+
+/// Why a request message does not decode.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestDecodeError {
+    #[error(transparent)]
+    Protobuf(#[from] DecodeError),
+    #[error("{0}")]
+    Field(&'static str),
+}
+
+impl RequestMessage for DeltaDiscoveryRequest {
+    fn decode(message: Bytes) -> Result<Self, RequestDecodeError> {
+        Ok(<DeltaDiscoveryRequest as Message>::decode(message)?)
+    }
+}
+
+/// The fields of a `DiscoveryRequest` the SotW engine reads; the resource names stay in
+/// the received message ([`SotwRequest::resource_names`]).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct SotwRequest {
-    #[prost(string, tag = "1")]
     pub version_info: String,
-    #[prost(message, optional, tag = "2")]
     pub node: Option<Node>,
-    /// The subscribed names, as sent (not checked to be UTF-8 yet).
-    #[prost(bytes = "bytes", repeated, tag = "3")]
-    pub resource_names: Vec<Bytes>,
-    #[prost(string, tag = "4")]
     pub type_url: String,
-    #[prost(string, tag = "5")]
     pub response_nonce: String,
-    #[prost(message, optional, tag = "6")]
     pub error_detail: Option<Status>,
+    /// The received message, and where each resource name is in it.
+    message: Bytes,
+    names: Vec<Range<u32>>,
+}
+
+impl SotwRequest {
+    /// The subscribed names, in the order sent, as sent (not checked to be UTF-8).
+    pub fn resource_names(&self) -> ResourceNames<'_> {
+        ResourceNames {
+            message: &self.message,
+            names: self.names.iter(),
+        }
+    }
+}
+
+/// The resource names of a [`SotwRequest`].
+#[derive(Clone, Debug)]
+pub struct ResourceNames<'a> {
+    message: &'a Bytes,
+    names: std::slice::Iter<'a, Range<u32>>,
+}
+
+impl<'a> Iterator for ResourceNames<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let range = self.names.next()?;
+        Some(&self.message[range.start as usize..range.end as usize])
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.names.size_hint()
+    }
+}
+
+impl ExactSizeIterator for ResourceNames<'_> {}
+
+impl RequestMessage for SotwRequest {
+    fn decode(message: Bytes) -> Result<Self, RequestDecodeError> {
+        if u32::try_from(message.len()).is_err() {
+            return Err(RequestDecodeError::Field("request too large"));
+        }
+        let mut request = SotwRequest {
+            message: message.clone(),
+            ..SotwRequest::default()
+        };
+        let mut buf: &[u8] = &message;
+        let string = |wire: WireType, value: &mut String, buf: &mut &[u8]| {
+            prost::encoding::string::merge(wire, value, buf, DecodeContext::default())
+        };
+        while buf.has_remaining() {
+            let (tag, wire) = decode_key(&mut buf)?;
+            match tag {
+                1 => string(wire, &mut request.version_info, &mut buf)?,
+                2 => message::merge(
+                    wire,
+                    request.node.get_or_insert_with(Node::default),
+                    &mut buf,
+                    DecodeContext::default(),
+                )?,
+                3 => {
+                    if wire != WireType::LengthDelimited {
+                        return Err(RequestDecodeError::Field(
+                            "resource_names: not length-delimited",
+                        ));
+                    }
+                    let len = usize::try_from(decode_varint(&mut buf)?)
+                        .map_err(|_| RequestDecodeError::Field("resource_names: bad length"))?;
+                    if len > buf.remaining() {
+                        return Err(RequestDecodeError::Field("resource_names: truncated"));
+                    }
+                    // Both fit in u32: the message does.
+                    let start = (message.len() - buf.remaining()) as u32;
+                    request.names.push(start..start + len as u32);
+                    buf.advance(len);
+                }
+                4 => string(wire, &mut request.type_url, &mut buf)?,
+                5 => string(wire, &mut request.response_nonce, &mut buf)?,
+                6 => message::merge(
+                    wire,
+                    request.error_detail.get_or_insert_with(Status::default),
+                    &mut buf,
+                    DecodeContext::default(),
+                )?,
+                _ => skip_field(wire, tag, &mut buf, DecodeContext::default())?,
+            }
+        }
+        Ok(request)
+    }
 }
 
 impl From<DiscoveryRequest> for SotwRequest {
-    fn from(r: DiscoveryRequest) -> Self {
-        SotwRequest {
-            version_info: r.version_info,
-            node: r.node,
-            resource_names: r.resource_names.into_iter().map(Bytes::from).collect(),
-            type_url: r.type_url,
-            response_nonce: r.response_nonce,
-            error_detail: r.error_detail,
-        }
+    /// The request as the engine would decode it from the wire (tests and tools).
+    fn from(request: DiscoveryRequest) -> Self {
+        <SotwRequest as RequestMessage>::decode(request.encode_to_vec().into())
+            .expect("an encoded DiscoveryRequest decodes")
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prost::Message;
 
-    /// The bytes of a `DiscoveryRequest` decode as the same request, names slicing the
-    /// received buffer rather than copying it.
-    #[test]
-    fn decodes_a_discovery_request_without_copying_names() {
-        let request = DiscoveryRequest {
+    fn request() -> DiscoveryRequest {
+        DiscoveryRequest {
             version_info: "v1".into(),
             node: Some(Node {
                 id: "sidecar~10.0.0.1~a.ns~ns.svc.cluster.local".into(),
@@ -74,17 +174,54 @@ mod tests {
                 details: vec![],
             }),
             resource_locators: vec![Default::default()],
-        };
-        let wire = Bytes::from(request.encode_to_vec());
-        let decoded = SotwRequest::decode(wire.clone()).expect("decodes");
-        assert_eq!(decoded, SotwRequest::from(request));
+        }
+    }
+
+    /// The bytes of a `DiscoveryRequest` decode to the same fields, the names read in
+    /// place in the received buffer.
+    #[test]
+    fn decodes_a_discovery_request_with_names_in_place() {
+        let original = request();
+        let wire = Bytes::from(original.encode_to_vec());
+        let decoded = <SotwRequest as RequestMessage>::decode(wire.clone()).expect("decodes");
+        assert_eq!(decoded.version_info, original.version_info);
+        assert_eq!(decoded.node, original.node);
+        assert_eq!(decoded.type_url, original.type_url);
+        assert_eq!(decoded.response_nonce, original.response_nonce);
+        assert_eq!(decoded.error_detail, original.error_detail);
+        let names: Vec<&[u8]> = decoded.resource_names().collect();
+        let expected: Vec<&[u8]> = original
+            .resource_names
+            .iter()
+            .map(String::as_bytes)
+            .collect();
+        assert_eq!(names, expected);
         let buffer = wire.as_ptr_range();
         assert!(
-            decoded
-                .resource_names
-                .iter()
-                .all(|n| buffer.contains(&n.as_ptr())),
-            "names are slices of the message"
+            names.iter().all(|n| buffer.contains(&n.as_ptr())),
+            "names are read in the message"
+        );
+    }
+
+    /// What prost refuses, this refuses: truncated names, a wrong wire type, bad strings;
+    /// and every truncation of a valid request either fails or decodes a prefix of it.
+    #[test]
+    fn refuses_what_prost_refuses() {
+        let wire = request().encode_to_vec();
+        for cut in 0..wire.len() {
+            let ours =
+                <SotwRequest as RequestMessage>::decode(Bytes::copy_from_slice(&wire[..cut]));
+            let prost = <DiscoveryRequest as Message>::decode(&wire[..cut]);
+            assert_eq!(ours.is_ok(), prost.is_ok(), "cut at {cut}");
+        }
+        // resource_names (3) as a varint.
+        assert!(
+            <SotwRequest as RequestMessage>::decode(Bytes::from_static(&[0x18, 0x01])).is_err()
+        );
+        // type_url (4) that is not UTF-8.
+        assert!(
+            <SotwRequest as RequestMessage>::decode(Bytes::from_static(&[0x22, 0x01, 0xff]))
+                .is_err()
         );
     }
 }

@@ -30,6 +30,7 @@ use super::grpc::{
 use super::machine::StreamMachine;
 use super::names::NameSets;
 use super::registry::{ConnectionRegistry, StreamHandle, StreamStatus};
+use super::request::RequestMessage;
 use super::sotw::SotwStream;
 use super::state::{Limit, ProtocolEvent};
 use super::view::SnapshotReceiver;
@@ -177,7 +178,7 @@ impl AdsServer {
     /// Reads the first request of a stream and turns its node into a proxy. A stream of
     /// the secure port carries its authenticated `caller`, and its node must be one that
     /// caller may claim (`identity::authorize_node`).
-    async fn accept<R: prost::Message + Default>(
+    async fn accept<R: RequestMessage>(
         &self,
         inbound: &mut RequestStream<R>,
         node_of: impl FnOnce(&R) -> Result<ParsedNode, crate::node::NodeError>,

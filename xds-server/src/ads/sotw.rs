@@ -203,7 +203,7 @@ impl SotwStream {
         let changed = match state.record.subscription.apply_sotw(
             xds_type,
             first_request,
-            &request.resource_names,
+            request.resource_names(),
             &names,
             bytes_left,
         ) {
@@ -409,8 +409,7 @@ mod tests {
     use crate::ads::resource::XdsSnapshot;
     use crate::ads::types::{CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE};
     use crate::ads::wire::decode;
-    use bytes::Bytes;
-    use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
+    use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
     use envoy_types::pb::google::rpc::Status;
 
     const T0: SystemTime = SystemTime::UNIX_EPOCH;
@@ -457,24 +456,29 @@ mod tests {
         with("p", snapshot.shared())
     }
 
-    fn req(type_url: &str, names: &[&str], nonce: &str) -> SotwRequest {
-        SotwRequest {
+    fn discovery_request(type_url: &str, names: &[&str], nonce: &str) -> DiscoveryRequest {
+        DiscoveryRequest {
             type_url: type_url.to_string(),
-            resource_names: names.iter().map(|s| Bytes::from(s.to_string())).collect(),
+            resource_names: names.iter().map(|s| s.to_string()).collect(),
             response_nonce: nonce.to_string(),
             ..Default::default()
         }
     }
 
+    fn req(type_url: &str, names: &[&str], nonce: &str) -> SotwRequest {
+        discovery_request(type_url, names, nonce).into()
+    }
+
     fn nack(type_url: &str, names: &[&str], nonce: &str) -> SotwRequest {
-        SotwRequest {
+        DiscoveryRequest {
             error_detail: Some(Status {
                 code: 3,
                 message: "bad cluster".into(),
                 details: vec![],
             }),
-            ..req(type_url, names, nonce)
+            ..discovery_request(type_url, names, nonce)
         }
+        .into()
     }
 
     fn names(r: &DiscoveryResponse) -> Vec<String> {
@@ -1201,18 +1205,18 @@ mod tests {
             (names.len(), names.bytes())
         };
         let mut s = stream(MapSnapshot::sample(1));
-        let all: Vec<Bytes> = (0..MAX_SUBSCRIBED_NAMES)
-            .map(|i| Bytes::from(format!("c{i:06}")))
+        let all: Vec<String> = (0..MAX_SUBSCRIBED_NAMES)
+            .map(|i| format!("c{i:06}"))
             .collect();
-        let mut request = req(ENDPOINT_TYPE, &[], "");
+        let mut request = discovery_request(ENDPOINT_TYPE, &[], "");
         request.resource_names = all.clone();
-        assert!(!over(&s.on_request(&request, T0)));
+        assert!(!over(&s.on_request(&request.clone().into(), T0)));
         assert_eq!(
             held(&s, XdsType::Endpoint),
             (MAX_SUBSCRIBED_NAMES, 7 * MAX_SUBSCRIBED_NAMES)
         );
-        request.resource_names.push(Bytes::from_static(b"one-more"));
-        assert!(over(&s.on_request(&request, T0)));
+        request.resource_names.push("one-more".into());
+        assert!(over(&s.on_request(&request.clone().into(), T0)));
         assert_eq!(
             held(&s, XdsType::Endpoint).0,
             MAX_SUBSCRIBED_NAMES,
@@ -1220,17 +1224,17 @@ mod tests {
         );
         // Repeats of names do not count.
         request.resource_names = all.iter().chain(all.iter()).cloned().collect();
-        assert!(!over(&s.on_request(&request, T0)));
+        assert!(!over(&s.on_request(&request.into(), T0)));
 
         // Bytes, across types: 10 MiB of endpoint names leave no room for 10 MiB of routes.
         let mut s = stream(MapSnapshot::sample(1));
-        let long = |prefix: &str, i: usize| Bytes::from(format!("{prefix}{i:0>252}"));
-        let mut eds = req(ENDPOINT_TYPE, &[], "");
+        let long = |prefix: &str, i: usize| format!("{prefix}{i:0>252}");
+        let mut eds = discovery_request(ENDPOINT_TYPE, &[], "");
         eds.resource_names = (0..40_000).map(|i| long("eds-", i)).collect();
-        assert!(!over(&s.on_request(&eds, T0)));
-        let mut rds = req(ROUTE_TYPE, &[], "");
+        assert!(!over(&s.on_request(&eds.into(), T0)));
+        let mut rds = discovery_request(ROUTE_TYPE, &[], "");
         rds.resource_names = (0..40_000).map(|i| long("rds-", i)).collect();
-        assert!(over(&s.on_request(&rds, T0)));
+        assert!(over(&s.on_request(&rds.into(), T0)));
         let total: usize = XdsType::ALL.iter().map(|t| held(&s, *t).1).sum();
         assert_eq!(total, 40_000 * 256);
         assert!(total <= MAX_SUBSCRIBED_NAME_BYTES);
@@ -1241,10 +1245,14 @@ mod tests {
     /// converted.
     #[test]
     fn a_name_that_is_not_utf8_is_a_malformed_request() {
+        use crate::ads::request::RequestMessage;
         use crate::ads::state::Limit;
+        use prost::Message;
         let mut s = stream(MapSnapshot::sample(1));
-        let mut request = req(ENDPOINT_TYPE, &["c1"], "");
-        request.resource_names.push(Bytes::from_static(b"\xff\xfe"));
+        let mut wire = discovery_request(ENDPOINT_TYPE, &["c1"], "").encode_to_vec();
+        // resource_names (field 3) once more: two bytes that are not UTF-8.
+        wire.extend_from_slice(&[0x1a, 0x02, 0xff, 0xfe]);
+        let request = SotwRequest::decode(wire.into()).expect("decodes: names are bytes");
         let events = s.on_request(&request, T0);
         assert!(
             matches!(

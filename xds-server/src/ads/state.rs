@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use bytes::Bytes;
 use serde::{Serialize, Serializer};
 
 use super::names::{NameSet, NameSets};
+use super::request::ResourceNames;
 use super::resource::Resource;
 use super::types::XdsType;
 use super::view::View;
@@ -51,12 +51,12 @@ impl Subscription {
         &mut self,
         xds_type: XdsType,
         first_request: bool,
-        names: &[Bytes],
+        names: ResourceNames<'_>,
         sets: &NameSets,
         max_bytes: usize,
     ) -> Result<bool, (Limit, String)> {
         let before = self.clone();
-        if names.is_empty() {
+        if names.len() == 0 {
             // Legacy wildcard: only an empty list on a type never named explicitly.
             self.wildcard = xds_type.empty_means_wildcard()
                 && !self.named_before
@@ -65,19 +65,11 @@ impl Subscription {
                 self.names = NameSet::empty();
             }
         } else {
-            let is_wildcard = |n: &Bytes| n.as_ref() == WILDCARD.as_bytes();
-            let wildcard = names.iter().any(is_wildcard);
+            let is_wildcard = |n: &&[u8]| *n == WILDCARD.as_bytes();
+            let explicit = names.clone().filter(|n| !is_wildcard(n));
             // Every SotW ACK repeats the whole list: compare before building anything.
-            let unchanged = if wildcard {
-                let explicit: Vec<&Bytes> = names.iter().filter(|n| !is_wildcard(n)).collect();
-                self.names.same_as(&explicit)
-            } else {
-                self.names.same_as(names)
-            };
-            if !unchanged {
-                let explicit = names
-                    .iter()
-                    .filter(|n| !is_wildcard(n))
+            if !self.names.same_as(explicit.clone()) {
+                let explicit = explicit
                     .map(|n| std::str::from_utf8(n).map(str::to_string))
                     .collect::<Result<Vec<String>, _>>()
                     .map_err(|_| {
@@ -96,7 +88,7 @@ impl Subscription {
                     })?;
             }
             self.named_before = true;
-            self.wildcard = wildcard;
+            self.wildcard = names.clone().any(|n| is_wildcard(&n));
         }
         Ok(*self != before)
     }
@@ -653,6 +645,8 @@ impl super::resource::XdsSnapshot for DuplicatingSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ads::request::SotwRequest;
+    use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
     use std::time::{Duration, UNIX_EPOCH};
 
     #[test]
@@ -732,8 +726,13 @@ mod tests {
         }
     }
 
-    fn sotw_names(list: &[&str]) -> Vec<Bytes> {
-        list.iter().map(|s| Bytes::from(s.to_string())).collect()
+    /// A SotW request of these names, as the engine decodes it.
+    fn sotw_names(list: &[&str]) -> SotwRequest {
+        DiscoveryRequest {
+            resource_names: names(list),
+            ..Default::default()
+        }
+        .into()
     }
 
     #[test]
@@ -744,7 +743,7 @@ mod tests {
             cds.apply_sotw(
                 XdsType::Cluster,
                 true,
-                &[],
+                sotw_names(&[]).resource_names(),
                 &sets,
                 MAX_SUBSCRIBED_NAME_BYTES
             )
@@ -755,7 +754,7 @@ mod tests {
         eds.apply_sotw(
             XdsType::Endpoint,
             true,
-            &[],
+            sotw_names(&[]).resource_names(),
             &sets,
             MAX_SUBSCRIBED_NAME_BYTES,
         )
@@ -770,7 +769,7 @@ mod tests {
         sub.apply_sotw(
             XdsType::Listener,
             true,
-            &[],
+            sotw_names(&[]).resource_names(),
             &sets,
             MAX_SUBSCRIBED_NAME_BYTES,
         )
@@ -780,7 +779,7 @@ mod tests {
             sub.apply_sotw(
                 XdsType::Listener,
                 false,
-                &sotw_names(&["a"]),
+                sotw_names(&["a"]).resource_names(),
                 &sets,
                 MAX_SUBSCRIBED_NAME_BYTES
             )
@@ -791,7 +790,7 @@ mod tests {
             sub.apply_sotw(
                 XdsType::Listener,
                 false,
-                &[],
+                sotw_names(&[]).resource_names(),
                 &sets,
                 MAX_SUBSCRIBED_NAME_BYTES
             )
@@ -810,7 +809,7 @@ mod tests {
         sub.apply_sotw(
             XdsType::Cluster,
             true,
-            &[],
+            sotw_names(&[]).resource_names(),
             &sets,
             MAX_SUBSCRIBED_NAME_BYTES,
         )
@@ -819,7 +818,7 @@ mod tests {
             !sub.apply_sotw(
                 XdsType::Cluster,
                 false,
-                &[],
+                sotw_names(&[]).resource_names(),
                 &sets,
                 MAX_SUBSCRIBED_NAME_BYTES
             )
@@ -835,7 +834,7 @@ mod tests {
         sub.apply_sotw(
             XdsType::Route,
             true,
-            &sotw_names(&["*", "r1"]),
+            sotw_names(&["*", "r1"]).resource_names(),
             &sets,
             MAX_SUBSCRIBED_NAME_BYTES,
         )
@@ -853,7 +852,7 @@ mod tests {
         a.apply_sotw(
             XdsType::Endpoint,
             true,
-            &sotw_names(&["y", "x"]),
+            sotw_names(&["y", "x"]).resource_names(),
             &sets,
             MAX_SUBSCRIBED_NAME_BYTES,
         )
@@ -861,7 +860,7 @@ mod tests {
         b.apply_sotw(
             XdsType::Endpoint,
             true,
-            &sotw_names(&["x", "y"]),
+            sotw_names(&["x", "y"]).resource_names(),
             &sets,
             MAX_SUBSCRIBED_NAME_BYTES,
         )
@@ -872,7 +871,7 @@ mod tests {
             !a.apply_sotw(
                 XdsType::Endpoint,
                 false,
-                &sotw_names(&["x", "y"]),
+                sotw_names(&["x", "y"]).resource_names(),
                 &sets,
                 MAX_SUBSCRIBED_NAME_BYTES
             )
@@ -883,7 +882,7 @@ mod tests {
             a.apply_sotw(
                 XdsType::Endpoint,
                 false,
-                &sotw_names(&["x"]),
+                sotw_names(&["x"]).resource_names(),
                 &sets,
                 MAX_SUBSCRIBED_NAME_BYTES
             )
