@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use prost::Message;
 use tokio::sync::mpsc;
@@ -24,8 +24,8 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::mesh::Sidecar;
 use super::wire::{
-    CapturedResource, CapturedStep, CapturedType, RawDeltaResponse, RawResponse, cluster_eds_name,
-    listener_rds_names, resource_name,
+    CapturedResource, CapturedStep, CapturedType, RawDeltaResponse, RawResponse, SotwAck,
+    SotwNames, cluster_eds_name, listener_rds_names, resource_name,
 };
 
 pub const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
@@ -383,6 +383,8 @@ struct SotwType {
     nonce: String,
     version: String,
     names: Vec<Arc<str>>,
+    /// `names`, encoded as the requests carry them.
+    encoded_names: SotwNames,
     /// A response arrived since the last request.
     answered: bool,
     requested: bool,
@@ -397,12 +399,10 @@ async fn sotw(
     answered: &mut bool,
 ) -> Result<()> {
     let (tx, mut inbound) =
-        open_ads::<_, RawResponse>(&node, url, local, SOTW_PATH, |node, type_url| {
-            DiscoveryRequest {
-                node,
-                type_url: type_url.into(),
-                ..Default::default()
-            }
+        open_ads::<_, RawResponse>(&node, url, local, SOTW_PATH, |node, type_url| SotwAck {
+            node,
+            type_url: type_url.into(),
+            ..Default::default()
         })
         .await?;
     let mut types: HashMap<&'static str, SotwType> = HashMap::new();
@@ -439,25 +439,26 @@ async fn sotw(
         state.nonce = response.nonce.clone();
         state.version = response.version_info.clone();
         state.answered = true;
-        tx.send(DiscoveryRequest {
+        tx.send(SotwAck {
             version_info: state.version.clone(),
             type_url: type_url.into(),
             response_nonce: state.nonce.clone(),
-            resource_names: state.names.iter().map(|n| n.to_string()).collect(),
+            names: state.encoded_names.clone(),
             ..Default::default()
         })?;
         let acked = Instant::now();
         if let Some((child, names)) = follow {
             let child_state = types.entry(child).or_default();
             if names != child_state.names {
+                child_state.encoded_names = SotwNames::new(names.iter().map(|n| &**n));
                 child_state.names = names;
                 child_state.answered = false;
                 child_state.requested = true;
-                tx.send(DiscoveryRequest {
+                tx.send(SotwAck {
                     version_info: child_state.version.clone(),
                     type_url: child.into(),
                     response_nonce: child_state.nonce.clone(),
-                    resource_names: child_state.names.iter().map(|n| n.to_string()).collect(),
+                    names: child_state.encoded_names.clone(),
                     ..Default::default()
                 })?;
             }

@@ -25,8 +25,8 @@ use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, k
 use tokio::sync::{mpsc, watch};
 
 use super::client::Mode;
-use super::wire::{Capture, CapturedStep};
-use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use super::wire::{Capture, CapturedStep, SotwRequestSummary};
+use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
 /// Every step's responses, encoded once.
 struct Replay {
@@ -221,6 +221,17 @@ struct Requests {
 
 impl Requests {
     async fn next<M: Message + Default>(&mut self) -> Option<M> {
+        let message = self.next_message().await?;
+        M::decode(message).ok()
+    }
+
+    /// The next SotW request, read without decoding its names.
+    async fn next_sotw(&mut self) -> Option<SotwRequestSummary> {
+        let message = self.next_message().await?;
+        SotwRequestSummary::read(&message)
+    }
+
+    async fn next_message(&mut self) -> Option<BytesMut> {
         loop {
             if self.buf.len() >= 5 {
                 let len = u32::from_be_bytes([self.buf[1], self.buf[2], self.buf[3], self.buf[4]])
@@ -232,7 +243,7 @@ impl Requests {
                         // Do not keep a buffer sized to the largest request.
                         self.buf = BytesMut::new();
                     }
-                    return M::decode(message).ok();
+                    return Some(message);
                 }
             }
             let frame = std::future::poll_fn(|cx| Pin::new(&mut self.body).poll_frame(cx)).await;
@@ -299,14 +310,9 @@ async fn sotw_stream(
     let mut step = *steps.borrow_and_update();
     loop {
         tokio::select! {
-            request = requests.next::<DiscoveryRequest>() => {
+            request = requests.next_sotw() => {
                 let Some(request) = request else { return };
-                let names = {
-                    use std::hash::{Hash, Hasher};
-                    let mut h = std::hash::DefaultHasher::new();
-                    request.resource_names.hash(&mut h);
-                    h.finish()
-                };
+                let names = request.names_hash;
                 // Answered: the first request of a type, and a request with the latest
                 // nonce (or none) that changes the names. ACKs and stale nonces are not.
                 let answer = match asked.get(&request.type_url) {
