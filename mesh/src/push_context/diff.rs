@@ -2,10 +2,10 @@
 //! recognise an endpoint-only change (the cheap path) and lets the xDS tier skip work for
 //! unchanged services.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::Hash;
 
-use super::{ItemHash, PushContext};
+use super::{ItemHash, PushContext, VirtualServiceConfig};
 use crate::config::ConfigKey;
 
 /// Differences between two snapshots. Keys are `(hostname, namespace)` for services and
@@ -43,6 +43,47 @@ pub fn diff(old: &PushContext, new: &PushContext) -> ChangeSummary {
         endpoints: changed_keys(&old.hashes().endpoints, &new.hashes().endpoints),
         configs: changed_keys(&old.hashes().configs, &new.hashes().configs),
     }
+}
+
+/// The hosts whose VirtualService may differ between `old` and `new` for a proxy of some
+/// namespace: those whose candidate VirtualServices (the ones naming the host exactly)
+/// are not equal, in order and by value, in both. Which candidate applies depends only on
+/// the candidates, the namespace and the mesh config, so for any other host, with the mesh
+/// config unchanged, `virtual_service_for_host` gives equal VirtualServices in both.
+/// `None` when the wildcard hosts' VirtualServices differ: any host may be affected.
+pub fn virtual_service_hosts_changed(
+    old: &PushContext,
+    new: &PushContext,
+) -> Option<HashSet<String>> {
+    if wildcard_candidates(old) != wildcard_candidates(new) {
+        return None;
+    }
+    Some(
+        old.vs_by_host
+            .keys()
+            .chain(new.vs_by_host.keys())
+            .filter(|host| candidates(old, host) != candidates(new, host))
+            .cloned()
+            .collect(),
+    )
+}
+
+/// The VirtualServices naming `host` exactly, in the push context's order.
+fn candidates<'a>(push: &'a PushContext, host: &str) -> Vec<&'a VirtualServiceConfig> {
+    push.vs_by_host
+        .get(host)
+        .into_iter()
+        .flatten()
+        .map(|i| &*push.data.virtual_services[*i])
+        .collect()
+}
+
+/// The wildcard hosts and their VirtualServices, in the push context's order.
+fn wildcard_candidates(push: &PushContext) -> Vec<(&str, &VirtualServiceConfig)> {
+    push.vs_wildcards
+        .iter()
+        .map(|(host, i)| (host.as_str(), &*push.data.virtual_services[*i]))
+        .collect()
 }
 
 fn changed_keys<K: Clone + Ord + Hash + Eq>(

@@ -41,7 +41,7 @@ use crate::model::{Proxy, Service, ServiceEndpoints};
 
 pub use authz::{AuthorizationPolicyConfig, AuthorizationPolicyEntry, WorkloadAuthorization};
 pub use build::{BuildInputs, BuildOutput, build, build_endpoints_only};
-pub use diff::{ChangeSummary, diff};
+pub use diff::{ChangeSummary, diff, virtual_service_hosts_changed};
 pub use peer_authn::EffectiveMtls;
 pub use request_authn::{JwksOutcome, JwksSource};
 pub use validate::{

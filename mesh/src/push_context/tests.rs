@@ -762,3 +762,41 @@ fn sidecar_ingress_tls_is_kept_only_with_the_switch_as_istio() {
     assert!(on.context.sidecars()[0].spec.ingress[0].tls.is_some());
     assert!(on.findings.is_empty(), "{:?}", on.findings);
 }
+
+/// Only the hosts of a VirtualService that changed count as changed; a changed wildcard
+/// host makes every host a candidate (unknown).
+#[test]
+fn virtual_service_hosts_changed_names_the_edited_hosts() {
+    let vs = |name: &str, host: &str, weight: u32| {
+        format!(
+            "---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: {name}, namespace: bookinfo}}\nspec:\n  hosts: [\"{host}\"]\n  http:\n  - route:\n    - destination: {{host: reviews}}\n      weight: {weight}\n    - destination: {{host: ratings}}\n      weight: {}\n",
+            100 - weight
+        )
+    };
+    let push = |extra: &str| build(&inputs(&format!("{REVIEWS}{extra}")), None).context;
+    let before = push(&format!(
+        "{}{}",
+        vs("a", "a.example.com", 50),
+        vs("b", "b.example.com", 50)
+    ));
+    let edited = push(&format!(
+        "{}{}",
+        vs("a", "a.example.com", 60),
+        vs("b", "b.example.com", 50)
+    ));
+    let changed = virtual_service_hosts_changed(&before, &edited).expect("no wildcard");
+    assert_eq!(changed, ["a.example.com".to_string()].into());
+    assert_eq!(
+        virtual_service_hosts_changed(&before, &before),
+        Some(Default::default())
+    );
+    let wild = |w| {
+        push(&format!(
+            "{}{}",
+            vs("a", "a.example.com", 50),
+            vs("w", "*.example.com", w)
+        ))
+    };
+    assert_eq!(virtual_service_hosts_changed(&wild(50), &wild(60)), None);
+    assert!(virtual_service_hosts_changed(&wild(50), &wild(50)).is_some());
+}

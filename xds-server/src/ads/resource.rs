@@ -159,6 +159,13 @@ pub trait XdsSnapshot: Send + Sync + 'static {
     /// unique across the parts; if one repeats, the first part's resource wins.
     fn parts(&self, proxy: &Proxy, xds_type: XdsType) -> Vec<Arc<ResourceMap>>;
 
+    /// [`parts`](Self::parts) for the proxy of an ADS stream, which asks for each of its
+    /// types from every snapshot: the snapshot may remember what it derived from this
+    /// proxy (the one behind this `Arc`) for as long as the proxy lives.
+    fn stream_parts(&self, proxy: &Arc<Proxy>, xds_type: XdsType) -> Vec<Arc<ResourceMap>> {
+        self.parts(proxy, xds_type)
+    }
+
     /// Resources that exist only when asked for by name, for those of `names` that are
     /// such: a proxyless gRPC server's listener is named by the address the server binds
     /// (`xds.istio.io/grpc/lds/inbound/<ip>:<port>`), which the snapshot cannot list, and

@@ -958,7 +958,11 @@ mod tests {
         let next = ServedSnapshot::new(MapSnapshot::sample(1).next(2).shared());
         s.on_snapshot(next.clone());
         assert!(drain(&mut s).is_empty());
-        let now = next.view(&Proxy::with_defaults("other"), XdsType::Cluster, None);
+        let now = next.view(
+            &Arc::new(Proxy::with_defaults("other")),
+            XdsType::Cluster,
+            None,
+        );
         assert!(
             Arc::ptr_eq(&old, &now),
             "equal content in a new snapshot is the same view: one copy, one encoding"

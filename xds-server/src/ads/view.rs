@@ -248,14 +248,14 @@ impl ServedSnapshot {
     /// and shared while any stream holds it.
     pub fn view(
         &self,
-        proxy: &Proxy,
+        proxy: &Arc<Proxy>,
         xds_type: XdsType,
         names: Option<&Arc<NameSet>>,
     ) -> Arc<View> {
         if names.is_some_and(|n| n.is_empty()) {
             return Arc::new(View::empty(xds_type));
         }
-        let mut parts = self.snapshot.parts(proxy, xds_type);
+        let mut parts = self.snapshot.stream_parts(proxy, xds_type);
         if let Some(names) = names {
             parts.extend(self.snapshot.named_parts(
                 proxy,
@@ -374,8 +374,8 @@ mod tests {
     };
     use prost::Message;
 
-    fn proxy() -> Proxy {
-        Proxy::with_defaults("p")
+    fn proxy() -> Arc<Proxy> {
+        Arc::new(Proxy::with_defaults("p"))
     }
 
     #[test]
@@ -400,7 +400,7 @@ mod tests {
                 .shared(),
         );
         let a = served.view(&proxy(), XdsType::Cluster, None);
-        let b = served.view(&Proxy::with_defaults("q"), XdsType::Cluster, None);
+        let b = served.view(&Arc::new(Proxy::with_defaults("q")), XdsType::Cluster, None);
         assert!(Arc::ptr_eq(&a, &b));
         assert_eq!(a.sotw_body().as_ptr(), b.sotw_body().as_ptr());
         let sets = NameSets::default();

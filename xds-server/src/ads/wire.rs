@@ -361,7 +361,7 @@ mod tests {
 
     fn view() -> Arc<View> {
         ServedSnapshot::new(MapSnapshot::sample(1).shared()).view(
-            &Proxy::with_defaults("p"),
+            &Arc::new(Proxy::with_defaults("p")),
             XdsType::Cluster,
             None,
         )
@@ -425,7 +425,7 @@ mod tests {
         let mut big = MapSnapshot::new(1);
         big.insert(CLUSTER_TYPE, "big", &[b'x'; COALESCE_BYTES]);
         let view = ServedSnapshot::new(big.shared()).view(
-            &Proxy::with_defaults("p"),
+            &Arc::new(Proxy::with_defaults("p")),
             XdsType::Cluster,
             None,
         );
@@ -480,7 +480,7 @@ mod tests {
             snapshot.insert(CLUSTER_TYPE, &format!("c{i:04}"), &[b'x'; 100]);
         }
         let view = ServedSnapshot::new(snapshot.shared()).view(
-            &Proxy::with_defaults("p"),
+            &Arc::new(Proxy::with_defaults("p")),
             XdsType::Cluster,
             None,
         );

@@ -33,14 +33,16 @@
 //! per scope, and nothing of clusters or endpoints. The previous snapshot's parts are
 //! only looked at, never generated on its behalf.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use pilotfish_mesh::config::ConfigKind;
 use pilotfish_mesh::model::{Proxy, ProxyType, Resolution, TargetPort};
-use pilotfish_mesh::push_context::{ChangeSummary, PushContext, diff};
+use pilotfish_mesh::push_context::{
+    ChangeSummary, PushContext, diff, virtual_service_hosts_changed,
+};
 
 pub use crate::ads::ResourceMap;
 use crate::ads::{ChangeKind, Resource, XdsSnapshot, XdsType, shared_part};
@@ -229,6 +231,11 @@ struct Base {
     /// every stream has moved on, nothing is left to take.
     previous: Weak<GeneratedSnapshot>,
     summary: ChangeSummary,
+    /// When only VirtualServices changed: the hosts whose VirtualService may differ for
+    /// some namespace ([`virtual_service_hosts_changed`]); any other host's own resources
+    /// are lent without looking its VirtualService up in both snapshots, per scope.
+    /// `None`: unknown (a wildcard host changed, or more than VirtualServices did).
+    vs_hosts_changed: Option<HashSet<String>>,
 }
 
 /// The parts derived from a scope's outbound plan.
@@ -266,6 +273,19 @@ pub struct GeneratedSnapshot {
     /// One proxy of every scope the engine asked parts for (at most
     /// [`PART_CACHE_CAPACITY`]): what the replica's audit checks ([`super::Auditor`]).
     served: Mutex<HashMap<Scope, Proxy>>,
+    /// The scope of each stream's proxy, computed once per snapshot
+    /// ([`XdsSnapshot::stream_parts`]).
+    stream_scopes: Mutex<StreamScopes>,
+}
+
+/// Scopes by the address of the stream's `Arc<Proxy>`. Each entry holds its proxy weakly:
+/// a closed stream's proxy is not kept (dead entries are swept when the table has
+/// doubled), yet its allocation is, so no other proxy can take its address while the
+/// entry exists — an entry found at a live proxy's address is that proxy's.
+#[derive(Debug, Default)]
+struct StreamScopes {
+    by_proxy: HashMap<usize, (Weak<Proxy>, Arc<Scope>)>,
+    sweep_at: usize,
 }
 
 const PARTS: usize = 6;
@@ -314,7 +334,30 @@ impl GeneratedSnapshot {
             reused_resources: AtomicU64::new(0),
             log_window: Arc::default(),
             served: Mutex::new(HashMap::new()),
+            stream_scopes: Mutex::default(),
         }
+    }
+
+    /// The scope of a stream's proxy, computed once per snapshot (a stream asks for four
+    /// types, and a scope costs matching the proxy's labels against its namespace's
+    /// services and every selector); the first time, it counts as served.
+    fn stream_scope(&self, proxy: &Arc<Proxy>) -> Arc<Scope> {
+        let key = Arc::as_ptr(proxy) as usize;
+        let lock = || self.stream_scopes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, scope)) = lock().by_proxy.get(&key) {
+            return scope.clone();
+        }
+        let scope = Arc::new(self.index.scope(proxy));
+        self.note_served(proxy, &scope);
+        let mut scopes = lock();
+        scopes
+            .by_proxy
+            .insert(key, (Arc::downgrade(proxy), scope.clone()));
+        if scopes.by_proxy.len() > scopes.sweep_at {
+            scopes.by_proxy.retain(|_, (p, _)| p.strong_count() > 0);
+            scopes.sweep_at = 2 * scopes.by_proxy.len() + 64;
+        }
+        scope
     }
 
     /// The snapshot of `push` published as `version`, replacing `previous`: the change
@@ -327,10 +370,18 @@ impl GeneratedSnapshot {
     ) -> Self {
         let summary = diff(&previous.push, &push);
         let change = change_kind_of(&previous.push, &push, &summary);
+        let only_virtual_services = summary
+            .configs
+            .iter()
+            .all(|k| k.kind == ConfigKind::VirtualService);
+        let vs_hosts_changed = (only_virtual_services && !summary.configs.is_empty())
+            .then(|| virtual_service_hosts_changed(&previous.push, &push))
+            .flatten();
         let mut snapshot = Self::new_since(push, version, Some(previous.version), change);
         snapshot.base = Some(Base {
             previous: Arc::downgrade(previous),
             summary,
+            vs_hosts_changed,
         });
         snapshot.log_window = previous.log_window.clone();
         snapshot
@@ -423,10 +474,14 @@ impl GeneratedSnapshot {
             return lent;
         }
         let namespace = &proxy.namespace;
-        let same_routing = |host: &str| {
-            let old_vs = previous.push.virtual_service_for_host(host, namespace);
-            let new_vs = self.push.virtual_service_for_host(host, namespace);
-            old_vs.map(|v| &**v) == new_vs.map(|v| &**v)
+        let changed_hosts = self.base.as_ref().and_then(|b| b.vs_hosts_changed.as_ref());
+        let same_routing = |host: &str| match changed_hosts {
+            Some(changed) => !changed.contains(host),
+            None => {
+                let old_vs = previous.push.virtual_service_for_host(host, namespace);
+                let new_vs = self.push.virtual_service_for_host(host, namespace);
+                old_vs.map(|v| &**v) == new_vs.map(|v| &**v)
+            }
         };
         let mut lend = |name: String, host: &str| {
             if let Some(r) = old.get(&name)
@@ -891,14 +946,18 @@ impl XdsSnapshot for GeneratedSnapshot {
         self.version
     }
 
-    /// Straight from the cached parts: every proxy of a scope gets the same `Arc`s. The
-    /// scope counts as served (the audit checks it).
+    /// Straight from the cached parts: every proxy of a scope gets the same `Arc`s.
     fn parts(&self, proxy: &Proxy, kind: XdsType) -> Vec<Arc<ResourceMap>> {
+        self.parts_of(proxy, kind)
+    }
+
+    /// As [`XdsSnapshot::parts`], with the proxy's scope computed once per snapshot; the
+    /// scope counts as served (the audit checks it).
+    fn stream_parts(&self, proxy: &Arc<Proxy>, kind: XdsType) -> Vec<Arc<ResourceMap>> {
         if proxy.proxy_type == ProxyType::Router {
             return Vec::new();
         }
-        let scope = self.index.scope(proxy);
-        self.note_served(proxy, &scope);
+        let scope = self.stream_scope(proxy);
         self.parts_in(proxy, &scope, kind)
     }
 

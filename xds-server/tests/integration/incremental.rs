@@ -456,8 +456,9 @@ proptest! {
 /// scopes count as served, for the audit).
 fn serve(snapshot: &GeneratedSnapshot, proxies: &[Proxy], kinds: &[XdsType]) {
     for proxy in proxies {
+        let proxy = Arc::new(proxy.clone());
         for kind in kinds {
-            XdsSnapshot::parts(snapshot, proxy, *kind);
+            snapshot.stream_parts(&proxy, *kind);
         }
     }
 }
@@ -550,6 +551,36 @@ fn the_audit_checks_what_was_served_and_generates_nothing() {
     assert!(
         auditor.decoded() > ns0,
         "ns1's sidecar view was not audited"
+    );
+}
+
+/// A stream's parts are the parts of its proxy, whichever proxies asked before (each
+/// stream's scope is remembered per snapshot), and the snapshot keeps no stream's proxy.
+#[test]
+fn stream_parts_are_the_proxys_parts_and_keep_no_proxy() {
+    let mesh = Mesh::new(30);
+    let snapshot = GeneratedSnapshot::new(mesh.push(), 1, ChangeKind::Full);
+    let streams: Vec<Arc<Proxy>> = proxies().into_iter().map(Arc::new).collect();
+    for _ in 0..2 {
+        for proxy in &streams {
+            for kind in TYPES {
+                let ids = |parts: Vec<Arc<pilotfish_xds::ads::ResourceMap>>| {
+                    parts.iter().map(Arc::as_ptr).collect::<Vec<_>>()
+                };
+                assert_eq!(
+                    ids(snapshot.stream_parts(proxy, kind)),
+                    ids(snapshot.parts(proxy, kind)),
+                    "{} {kind:?}",
+                    proxy.id
+                );
+            }
+        }
+    }
+    let gone: Vec<_> = streams.iter().map(Arc::downgrade).collect();
+    drop(streams);
+    assert!(
+        gone.iter().all(|p| p.upgrade().is_none()),
+        "a proxy is kept"
     );
 }
 
