@@ -49,7 +49,7 @@ impl StreamMachine for SotwStream {
         SotwStream::new(proxy, snapshot, names)
     }
     fn node(request: &SotwRequest) -> Option<&Node> {
-        request.node.as_ref()
+        request.node.as_deref()
     }
     fn on_request(&mut self, request: &SotwRequest, now: SystemTime) -> Vec<ProtocolEvent> {
         SotwStream::on_request(self, request, now)

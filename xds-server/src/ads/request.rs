@@ -51,7 +51,8 @@ impl RequestMessage for DeltaDiscoveryRequest {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SotwRequest {
     pub version_info: String,
-    pub node: Option<Node>,
+    /// Boxed: only a stream's first request carries it.
+    pub node: Option<Box<Node>>,
     pub type_url: String,
     pub response_nonce: String,
     pub error_detail: Option<Status>,
@@ -111,7 +112,7 @@ impl RequestMessage for SotwRequest {
                 1 => string(wire, &mut request.version_info, &mut buf)?,
                 2 => message::merge(
                     wire,
-                    request.node.get_or_insert_with(Node::default),
+                    &mut **request.node.get_or_insert_with(Box::default),
                     &mut buf,
                     DecodeContext::default(),
                 )?,
@@ -185,7 +186,7 @@ mod tests {
         let wire = Bytes::from(original.encode_to_vec());
         let decoded = <SotwRequest as RequestMessage>::decode(wire.clone()).expect("decodes");
         assert_eq!(decoded.version_info, original.version_info);
-        assert_eq!(decoded.node, original.node);
+        assert_eq!(decoded.node.as_deref(), original.node.as_ref());
         assert_eq!(decoded.type_url, original.type_url);
         assert_eq!(decoded.response_nonce, original.response_nonce);
         assert_eq!(decoded.error_detail, original.error_detail);

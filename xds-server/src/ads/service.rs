@@ -184,7 +184,7 @@ impl AdsServer {
         node_of: impl FnOnce(&R) -> Result<ParsedNode, crate::node::NodeError>,
         caller: Option<&Caller>,
         peer: Option<SocketAddr>,
-    ) -> Result<(R, Arc<Proxy>), Status> {
+    ) -> Result<(Box<R>, Arc<Proxy>), Status> {
         if self.shared.draining.is_cancelled() {
             metrics::STREAMS_REFUSED
                 .with_label_values(&["draining"])
@@ -244,7 +244,9 @@ impl AdsServer {
             })?;
             proxy.verified_identity = Some(identity);
         }
-        Ok((first, Arc::new(proxy)))
+        // Boxed: held until the stream's task has handled it, which would otherwise keep
+        // its size in the task for the stream's life.
+        Ok((Box::new(first), Arc::new(proxy)))
     }
 }
 
@@ -277,7 +279,7 @@ async fn run_stream<M: StreamMachine>(
     shared: Arc<Shared>,
     proxy: Arc<Proxy>,
     origin: Origin,
-    first: M::Request,
+    first: Box<M::Request>,
     inbound: RequestStream<M::Request>,
     outbox: Outbox,
 ) {
@@ -323,7 +325,11 @@ async fn run_stream<M: StreamMachine>(
         outbox,
         handle,
     };
-    stream.serve(machine, first, peer).instrument(span).await;
+    // Boxed: the serving loop's state (the machine, the pending request) lives once, on
+    // the heap, instead of beside this function's own in the task (a per-stream cost).
+    Box::pin(stream.serve(machine, first, peer))
+        .instrument(span)
+        .await;
 }
 
 /// The I/O side of one registered stream.
@@ -345,7 +351,7 @@ struct Converging {
 }
 
 impl<M: StreamMachine> StreamIo<'_, M> {
-    async fn serve(self, mut machine: M, first: M::Request, peer: Option<SocketAddr>) {
+    async fn serve(self, mut machine: M, first: Box<M::Request>, peer: Option<SocketAddr>) {
         let StreamIo {
             shared,
             mut snapshots,
