@@ -56,7 +56,7 @@ pub use machine::StreamMachine;
 pub use map_snapshot::MapSnapshot;
 pub use names::{NameSet, NameSets};
 pub use registry::{
-    ConnectionRegistry, StreamHandle, StreamMode, StreamStatus, SyncStatus, TypeSync,
+    ConnectionRegistry, LiveStatus, StreamHandle, StreamMode, StreamStatus, SyncStatus, TypeSync,
 };
 pub use request::{RequestDecodeError, RequestMessage, ResourceNames, SotwRequest};
 pub use resource::{ChangeKind, Resource, ResourceMap, XdsSnapshot, content_version, shared_part};

@@ -2,12 +2,13 @@
 //! (`/debug/adsz`, `/debug/syncz`) show — proxy id, peer, connect time, and per type URL
 //! the subscription, the last response sent, the last ACK and the last NACK.
 //!
-//! The registry is the single owner of this data; each stream loop replaces its own entry
-//! after every event ([`StreamHandle::update`]) and the entry disappears when the stream's
-//! handle is dropped, so a stream that ends for any reason never lingers here.
-//! An update replaces a handful of records whose subscribed names are the stream's own
-//! interned `Arc<NameSet>`s: nothing proportional to a subscription is copied under the
-//! registry's lock (the unknown type URLs copied are capped at 16 × 256 bytes).
+//! An entry holds what does not change for the stream's life, and a handle on the
+//! stream's state machine ([`LiveStatus`]), which owns the per-type records: a page reads
+//! them when it is asked for, so a stream copies nothing here on its events (a copy per
+//! stream was ~1.4 KiB of memory and a few allocations per request). The entry disappears
+//! when the stream's [`StreamHandle`] is dropped, so a stream that ends for any reason
+//! never lingers here. Locks are taken registry first, then a stream's machine; a stream
+//! never takes the registry's lock while holding its machine's.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -91,10 +92,41 @@ pub struct TypeSync {
     pub acked: Option<String>,
 }
 
+/// What a stream's state machine reports when a page asks: the publisher version of the
+/// snapshot it answers from, its per-type records and the type URLs it does not serve.
+pub trait LiveStatus: Send + Sync {
+    fn live(&self) -> (u64, Vec<TypeStatus>, Vec<String>);
+}
+
+/// One stream's entry: what is fixed for its life (its `types`, `snapshot_version` and
+/// `unknown_type_urls` empty), and where the rest is read.
+struct Entry {
+    fixed: StreamStatus,
+    live: Arc<dyn LiveStatus>,
+}
+
+impl Entry {
+    fn status(&self) -> StreamStatus {
+        let (version, types, unknown) = self.live.live();
+        StreamStatus {
+            snapshot_version: Some(version),
+            types,
+            unknown_type_urls: unknown,
+            ..self.fixed.clone()
+        }
+    }
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.fixed.fmt(f)
+    }
+}
+
 /// The open ADS streams of this replica. Cheap to clone (shared handle).
 #[derive(Clone, Debug, Default)]
 pub struct ConnectionRegistry {
-    streams: Arc<Mutex<BTreeMap<u64, StreamStatus>>>,
+    streams: Arc<Mutex<BTreeMap<u64, Entry>>>,
     next_id: Arc<AtomicU64>,
 }
 
@@ -103,17 +135,24 @@ impl ConnectionRegistry {
         Self::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<u64, StreamStatus>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<u64, Entry>> {
         // A panic while holding the lock cannot leave the map half-updated (every
-        // update replaces one entry), so a poisoned lock is still safe to use.
+        // update inserts or removes one entry), so a poisoned lock is still safe to use.
         self.streams.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Adds a stream; it is removed when the returned handle is dropped.
-    pub fn register(&self, mut status: StreamStatus) -> StreamHandle {
+    /// Adds a stream whose per-type records `live` reports; it is removed when the
+    /// returned handle is dropped.
+    pub fn register(&self, mut status: StreamStatus, live: Arc<dyn LiveStatus>) -> StreamHandle {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         status.stream_id = id;
-        self.lock().insert(id, status);
+        self.lock().insert(
+            id,
+            Entry {
+                fixed: status,
+                live,
+            },
+        );
         metrics::XDS_CLIENTS.inc();
         StreamHandle {
             registry: self.clone(),
@@ -132,15 +171,15 @@ impl ConnectionRegistry {
 
     /// Every open stream, ordered by id.
     pub fn streams(&self) -> Vec<StreamStatus> {
-        self.lock().values().cloned().collect()
+        self.lock().values().map(Entry::status).collect()
     }
 
     /// Streams of one proxy id (a proxy may hold more than one, e.g. while reconnecting).
     pub fn streams_of(&self, proxy_id: &str) -> Vec<StreamStatus> {
         self.lock()
             .values()
-            .filter(|s| s.proxy_id == proxy_id)
-            .cloned()
+            .filter(|e| e.fixed.proxy_id == proxy_id)
+            .map(Entry::status)
             .collect()
     }
 
@@ -149,8 +188,8 @@ impl ConnectionRegistry {
         self.lock()
             .values()
             .rev()
-            .find(|s| s.proxy_id == proxy_id)
-            .map(|s| s.proxy.clone())
+            .find(|e| e.fixed.proxy_id == proxy_id)
+            .map(|e| e.fixed.proxy.clone())
     }
 
     /// The `/debug/adsz` document: `{"totalClients": n, "clients": [...]}`.
@@ -164,8 +203,8 @@ impl ConnectionRegistry {
 
     /// The `/debug/syncz` rows.
     pub fn syncz(&self) -> Vec<SyncStatus> {
-        self.lock()
-            .values()
+        self.streams()
+            .iter()
             .map(|s| SyncStatus {
                 proxy_id: s.proxy_id.clone(),
                 stream_id: s.stream_id,
@@ -199,15 +238,6 @@ pub struct StreamHandle {
 impl StreamHandle {
     pub fn id(&self) -> u64 {
         self.id
-    }
-
-    /// Replaces the mutable parts of this stream's entry.
-    pub fn update(&self, snapshot_version: u64, types: Vec<TypeStatus>, unknown: Vec<String>) {
-        if let Some(entry) = self.registry.lock().get_mut(&self.id) {
-            entry.snapshot_version = Some(snapshot_version);
-            entry.types = types;
-            entry.unknown_type_urls = unknown;
-        }
     }
 }
 
@@ -243,11 +273,21 @@ mod tests {
         }
     }
 
+    /// A stream reporting whatever the test last put here.
+    struct Fixed(Mutex<(u64, Vec<TypeStatus>, Vec<String>)>);
+
+    impl LiveStatus for Fixed {
+        fn live(&self) -> (u64, Vec<TypeStatus>, Vec<String>) {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
     #[test]
     fn entries_live_as_long_as_their_handle() {
         let registry = ConnectionRegistry::new();
-        let a = registry.register(status("a"));
-        let b = registry.register(status("b"));
+        let a_live = Arc::new(Fixed(Mutex::new((0, vec![], vec![]))));
+        let a = registry.register(status("a"), a_live.clone());
+        let b = registry.register(status("b"), Arc::new(Fixed(Mutex::default())));
         assert_ne!(a.id(), b.id());
         assert_eq!(registry.len(), 2);
         let sent = TypeStatus {
@@ -265,7 +305,8 @@ mod tests {
             last_nack: None,
             client_holds: 0,
         };
-        a.update(7, vec![sent], vec!["type.googleapis.com/x".into()]);
+        // What the stream reports when asked, not a copy made before.
+        *a_live.0.lock().unwrap() = (7, vec![sent], vec!["type.googleapis.com/x".into()]);
         let doc = registry.adsz();
         assert_eq!(doc["totalClients"], 2);
         assert_eq!(doc["clients"][0]["snapshot_version"], 7);

@@ -10,7 +10,7 @@
 //! whose client stopped reading computes nothing at all.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use hyper::body::Incoming;
@@ -29,10 +29,10 @@ use super::grpc::{
 };
 use super::machine::StreamMachine;
 use super::names::NameSets;
-use super::registry::{ConnectionRegistry, StreamHandle, StreamStatus};
+use super::registry::{ConnectionRegistry, LiveStatus, StreamHandle, StreamStatus};
 use super::request::RequestMessage;
 use super::sotw::SotwStream;
-use super::state::{Limit, ProtocolEvent};
+use super::state::{Limit, ProtocolEvent, TypeStatus};
 use super::view::SnapshotReceiver;
 use super::wire::ControlPlane;
 use crate::identity::{Caller, authorize_node};
@@ -299,23 +299,31 @@ async fn run_stream<M: StreamMachine>(
             }
         }
     };
-    let machine = M::new(proxy.clone(), stamped.snapshot, shared.names.clone());
-    let handle = shared.registry.register(StreamStatus {
-        stream_id: 0,
-        proxy: proxy.clone(),
-        proxy_id: proxy.id.clone(),
-        namespace: proxy.namespace.clone(),
-        identity: proxy.verified_identity.as_ref().map(ToString::to_string),
-        proxyless: proxy.is_proxyless(),
-        istio_version: proxy.istio_version.clone(),
-        peer: peer.map(|p| p.to_string()),
-        mode: M::MODE,
-        connected_at: SystemTime::now(),
-        snapshot_version: None,
-        types: Vec::new(),
-        unknown_type_urls: Vec::new(),
-        transport: outbox.meter().clone(),
-    });
+    // Shared with the registry, which reads its records when a debug page asks.
+    let machine = Arc::new(Mutex::new(M::new(
+        proxy.clone(),
+        stamped.snapshot,
+        shared.names.clone(),
+    )));
+    let handle = shared.registry.register(
+        StreamStatus {
+            stream_id: 0,
+            proxy: proxy.clone(),
+            proxy_id: proxy.id.clone(),
+            namespace: proxy.namespace.clone(),
+            identity: proxy.verified_identity.as_ref().map(ToString::to_string),
+            proxyless: proxy.is_proxyless(),
+            istio_version: proxy.istio_version.clone(),
+            peer: peer.map(|p| p.to_string()),
+            mode: M::MODE,
+            connected_at: SystemTime::now(),
+            snapshot_version: None,
+            types: Vec::new(),
+            unknown_type_urls: Vec::new(),
+            transport: outbox.meter().clone(),
+        },
+        machine.clone(),
+    );
     let span = tracing::info_span!("ads", stream = handle.id(), proxy = %proxy.id);
     let stream = StreamIo {
         shared: &shared,
@@ -325,7 +333,7 @@ async fn run_stream<M: StreamMachine>(
         outbox,
         handle,
     };
-    // Boxed: the serving loop's state (the machine, the pending request) lives once, on
+    // Boxed: the serving loop's state (the pending request, the select) lives once, on
     // the heap, instead of beside this function's own in the task (a per-stream cost).
     Box::pin(stream.serve(machine, first, peer))
         .instrument(span)
@@ -351,20 +359,21 @@ struct Converging {
 }
 
 impl<M: StreamMachine> StreamIo<'_, M> {
-    async fn serve(self, mut machine: M, first: Box<M::Request>, peer: Option<SocketAddr>) {
+    async fn serve(self, machine: Arc<Mutex<M>>, first: Box<M::Request>, peer: Option<SocketAddr>) {
         let StreamIo {
             shared,
             mut snapshots,
             closing,
             mut inbound,
             outbox,
-            handle,
+            handle: _registered,
         } = self;
+        // Never held across an await; the registry only reads it.
+        let machine = || machine.lock().unwrap_or_else(|e| e.into_inner());
         debug!(peer = ?peer, mode = ?M::MODE, "ADS stream opened");
-        let events = machine.on_request(&first, SystemTime::now());
+        let events = machine().on_request(&first, SystemTime::now());
         absorb(&events);
         drop(first);
-        publish_status(&handle, &machine);
         if let Some(status) = over_limit(&events) {
             outbox.end(status);
             return;
@@ -374,14 +383,17 @@ impl<M: StreamMachine> StreamIo<'_, M> {
         let mut wanted = false;
         let mut converging: Option<Converging> = None;
         loop {
-            if wanted && machine.has_owed() {
+            if wanted {
+                let mut machine = machine();
                 // No room: the request was stale (the body still holds a message and
                 // asks again once it is sent). Nothing handed over: everything owed was
                 // unchanged, and the body still waits.
-                if !outbox.has_room() || hand_over(shared, &mut machine, &outbox, &mut converging) {
+                if machine.has_owed()
+                    && (!outbox.has_room()
+                        || hand_over(shared, &mut *machine, &outbox, &mut converging))
+                {
                     wanted = false;
                 }
-                publish_status(&handle, &machine);
             }
             tokio::select! {
                 biased;
@@ -397,9 +409,8 @@ impl<M: StreamMachine> StreamIo<'_, M> {
                 () = outbox.wanted(), if !wanted => wanted = true,
                 message = inbound.message() => match message {
                     Ok(Some(request)) => {
-                        let events = machine.on_request(&request, SystemTime::now());
+                        let events = machine().on_request(&request, SystemTime::now());
                         absorb(&events);
-                        publish_status(&handle, &machine);
                         if let Some(status) = over_limit(&events) {
                             outbox.end(status);
                             break;
@@ -422,6 +433,7 @@ impl<M: StreamMachine> StreamIo<'_, M> {
                     let Some(stamped) = snapshots.borrow_and_update().clone() else {
                         continue;
                     };
+                    let mut machine = machine();
                     machine.on_snapshot(stamped.snapshot);
                     if machine.has_owed() && converging.is_none() {
                         converging = Some(Converging { arrived: stamped.arrived, sent: false });
@@ -551,7 +563,10 @@ fn absorb(events: &[ProtocolEvent]) {
     }
 }
 
-fn publish_status<M: StreamMachine>(handle: &StreamHandle, machine: &M) {
-    let (types, unknown) = machine.status();
-    handle.update(machine.snapshot_version(), types, unknown);
+impl<M: StreamMachine> LiveStatus for Mutex<M> {
+    fn live(&self) -> (u64, Vec<TypeStatus>, Vec<String>) {
+        let machine = self.lock().unwrap_or_else(|e| e.into_inner());
+        let (types, unknown) = machine.status();
+        (machine.snapshot_version(), types, unknown)
+    }
 }

@@ -270,9 +270,10 @@ pub struct GeneratedSnapshot {
     /// Which findings were logged lately; shared along a chain of snapshots (`following`),
     /// so a finding every snapshot meets again is logged once per window, not per edit.
     log_window: Arc<Mutex<LogWindow>>,
-    /// One proxy of every scope the engine asked parts for (at most
-    /// [`PART_CACHE_CAPACITY`]): what the replica's audit checks ([`super::Auditor`]).
-    served: Mutex<HashMap<Scope, Proxy>>,
+    /// Every scope the engine asked parts for (at most [`PART_CACHE_CAPACITY`]), the one
+    /// copy its streams share, with the first proxy that asked: what the replica's audit
+    /// checks ([`super::Auditor`]).
+    served: Mutex<HashMap<Arc<Scope>, Proxy>>,
     /// The scope of each stream's proxy, computed once per snapshot
     /// ([`XdsSnapshot::stream_parts`]).
     stream_scopes: Mutex<StreamScopes>,
@@ -340,15 +341,15 @@ impl GeneratedSnapshot {
 
     /// The scope of a stream's proxy, computed once per snapshot (a stream asks for four
     /// types, and a scope costs matching the proxy's labels against its namespace's
-    /// services and every selector); the first time, it counts as served.
+    /// services and every selector), and shared with the streams of the same scope; it
+    /// counts as served.
     fn stream_scope(&self, proxy: &Arc<Proxy>) -> Arc<Scope> {
         let key = Arc::as_ptr(proxy) as usize;
         let lock = || self.stream_scopes.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, scope)) = lock().by_proxy.get(&key) {
             return scope.clone();
         }
-        let scope = Arc::new(self.index.scope(proxy));
-        self.note_served(proxy, &scope);
+        let scope = self.served_scope(proxy, self.index.scope(proxy));
         let mut scopes = lock();
         scopes
             .by_proxy
@@ -600,12 +601,18 @@ impl GeneratedSnapshot {
             .collect()
     }
 
-    /// Remembers `proxy` as the sample of its `scope` (the first one asked for it).
-    fn note_served(&self, proxy: &Proxy, scope: &Scope) {
+    /// The shared copy of `scope`, which `proxy` asked for: recorded as served, with
+    /// `proxy` as its sample when it is the first.
+    fn served_scope(&self, proxy: &Proxy, scope: Scope) -> Arc<Scope> {
         let mut served = self.served.lock().unwrap_or_else(|e| e.into_inner());
-        if served.len() < PART_CACHE_CAPACITY && !served.contains_key(scope) {
+        if let Some((shared, _)) = served.get_key_value(&scope) {
+            return shared.clone();
+        }
+        let scope = Arc::new(scope);
+        if served.len() < PART_CACHE_CAPACITY {
             served.insert(scope.clone(), proxy.clone());
         }
+        scope
     }
 
     fn plan(&self, proxy: &Proxy, scope: &Scope) -> Arc<OutboundPlan> {

@@ -82,6 +82,13 @@ impl Deque {
         match self.indices {
             Some(mut idxs) => {
                 let mut slot = buf.slab.remove(idxs.head);
+                // Pilotfish: once the last buffered frame of the connection is taken, give
+                // the slab's storage back (no key is held then: every deque is empty), so
+                // an idle connection does not keep room for as many frames as it once
+                // buffered (frames are large: ~1 KiB of slot each).
+                if buf.slab.is_empty() {
+                    buf.slab = Slab::new();
+                }
 
                 if idxs.head == idxs.tail {
                     assert!(slot.next.is_none());
