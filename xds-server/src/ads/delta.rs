@@ -113,7 +113,7 @@ impl DeltaStream {
                 // What the client holds is left as sent: the rejected versions are never
                 // sent again, only newer content is.
                 Some(error) => {
-                    state.record.last_nack = Some(NackStatus {
+                    state.record.last_nack = Some(Box::new(NackStatus {
                         version: state
                             .record
                             .last_ack
@@ -123,7 +123,7 @@ impl DeltaStream {
                         nonce: nonce.to_string(),
                         detail: error.message.clone(),
                         at: now,
-                    });
+                    }));
                     events.push(ProtocolEvent::Nack {
                         xds_type,
                         nonce: nonce.to_string(),

@@ -167,12 +167,12 @@ impl SotwStream {
         if let (false, Some(sent)) = (nonce.is_empty(), state.record.last_sent.as_ref()) {
             match nack {
                 Some(error) => {
-                    state.record.last_nack = Some(NackStatus {
+                    state.record.last_nack = Some(Box::new(NackStatus {
                         version: request.version_info.clone(),
                         nonce: nonce.to_string(),
                         detail: error.message.clone(),
                         at: now,
-                    });
+                    }));
                     events.push(ProtocolEvent::Nack {
                         xds_type,
                         nonce: nonce.to_string(),

@@ -337,7 +337,8 @@ pub struct TypeRecord {
     pub subscription: Subscription,
     pub last_sent: Option<SentRecord>,
     pub last_ack: Option<AckStatus>,
-    pub last_nack: Option<NackStatus>,
+    /// Boxed: most streams never NACK, and every stream holds four records.
+    pub last_nack: Option<Box<NackStatus>>,
 }
 
 impl TypeRecord {
@@ -363,7 +364,7 @@ impl TypeRecord {
                 removed: s.removed_count,
             }),
             last_ack: self.last_ack.clone(),
-            last_nack: self.last_nack.clone(),
+            last_nack: self.last_nack.as_deref().cloned(),
             client_holds: holds,
         }
     }
