@@ -55,6 +55,11 @@ pub struct Change {
     pub last_acked: Duration,
     pub bytes: u64,
     pub cpu_seconds: f64,
+    /// The real server only (its `/debug/push_status`): from the file write until the
+    /// snapshot reached its streams (debounce, read, build, publish, follow), and from
+    /// there until the last stream was sent its last response.
+    pub handoff: Option<Duration>,
+    pub pushed_to_all: Option<Duration>,
 }
 
 /// Everything measured against one server.
@@ -170,6 +175,7 @@ async fn run_real(config: &BenchConfig, mesh: &BenchMesh, mode: Mode) -> Result<
     let report = measure(
         config,
         pid,
+        Some(admin_addr),
         &url,
         &mesh.sidecars,
         mode,
@@ -226,6 +232,7 @@ async fn run_null(
     let report = measure(
         config,
         pid,
+        None,
         &format!("http://{addr}"),
         &mesh.sidecars,
         mode,
@@ -279,6 +286,7 @@ fn metric(admin: SocketAddr, name: &str) -> Result<f64> {
 async fn measure(
     config: &BenchConfig,
     pid: u32,
+    admin: Option<SocketAddr>,
     url: &str,
     sidecars: &[Sidecar],
     mode: Mode,
@@ -355,6 +363,7 @@ async fn measure(
         let change = change(
             &fleet,
             pid,
+            admin,
             n,
             Check::Contains(marker.clone()),
             &mut driver,
@@ -373,6 +382,7 @@ async fn measure(
     let added = change(
         &fleet,
         pid,
+        admin,
         n,
         Check::Contains(name.clone()),
         &mut driver,
@@ -388,6 +398,7 @@ async fn measure(
     let removed = change(
         &fleet,
         pid,
+        admin,
         n,
         Check::Gone(name),
         &mut driver,
@@ -423,6 +434,7 @@ async fn measure(
 async fn change(
     fleet: &Fleet,
     pid: u32,
+    admin: Option<SocketAddr>,
     n: usize,
     check: Check,
     driver: &mut Driver<'_>,
@@ -435,6 +447,7 @@ async fn change(
     let cpu_before = procfs::cpu_seconds(pid)?;
     fleet.begin(step.clone());
     driver.step(step_number, edits, marker).await?;
+    let written = std::time::SystemTime::now();
     wait_for(
         "every stream has the change",
         Duration::from_secs(120),
@@ -445,11 +458,33 @@ async fn change(
     let last_acked = step.times().into_iter().flatten().max().unwrap_or_default();
     quiet(fleet).await;
     fleet.end_step();
+    let (handoff, pushed_to_all) = admin
+        .and_then(|a| last_push(a, written))
+        .unwrap_or_default();
     Ok(Change {
         last_acked,
         bytes: fleet.bytes() - bytes_before,
         cpu_seconds: procfs::cpu_seconds(pid)? - cpu_before,
+        handoff,
+        pushed_to_all,
     })
+}
+
+/// The newest push on the server's `/debug/push_status`: how long after `written` its
+/// snapshot reached the streams, and how long after that the last stream was sent its
+/// last response.
+fn last_push(
+    admin: SocketAddr,
+    written: std::time::SystemTime,
+) -> Option<(Option<Duration>, Option<Duration>)> {
+    let (_, body) = http_get(admin, "/debug/push_status").ok()?;
+    let doc: serde_json::Value = serde_json::from_str(&body).ok()?;
+    let last = doc["pushes"].as_array()?.last()?;
+    let received = humantime::parse_rfc3339_weak(last["push"]["received_at"].as_str()?).ok()?;
+    let pushed = last["pushed_to_all_ms"]
+        .as_f64()
+        .map(|ms| Duration::from_secs_f64(ms / 1e3));
+    Some((received.duration_since(written).ok(), pushed))
 }
 
 /// Waits until no stream has received anything for 500 ms (at most 30 s).
@@ -598,4 +633,16 @@ fn print_report(config: &BenchConfig, mode: Mode, real: &Report, null: Option<&R
             .collect::<Vec<_>>()
             .join(" ")
     );
+    let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1e3);
+    let handoff = sorted(real.edits.iter().filter_map(|c| ms(c.handoff)));
+    let pushed = sorted(real.edits.iter().filter_map(|c| ms(c.pushed_to_all)));
+    if !handoff.is_empty() {
+        println!(
+            "pilotfish-xds edits: write → snapshot at the streams p50 {:.0} / p99 {:.0} ms; then → last response sent to the last stream p50 {:.0} / p99 {:.0} ms",
+            percentile(&handoff, 50.0),
+            percentile(&handoff, 99.0),
+            percentile(&pushed, 50.0),
+            percentile(&pushed, 99.0)
+        );
+    }
 }
