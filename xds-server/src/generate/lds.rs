@@ -126,7 +126,7 @@ pub fn sidecar_outbound_listeners(
 
     for (port, services) in outbound_ports(plan) {
         for (c, ips) in &services.own_listeners {
-            for ip in ips {
+            for ip in *ips {
                 let name = names::vip_listener(ip, port);
                 out.push(if reused(&name) {
                     Listener {

@@ -46,7 +46,9 @@ pub struct ClusterPlan {
     pub subset: String,
     /// Labels the subset selects endpoints by (empty for the whole service).
     pub subset_labels: Labels,
-    pub policy: ClusterPolicy,
+    /// Shared: most clusters (every one without a DestinationRule) have the default, and a
+    /// plan of a thousand services is sorted and scanned per scope on every change.
+    pub policy: Arc<ClusterPolicy>,
     pub discovery: Discovery,
 }
 
@@ -61,6 +63,16 @@ pub struct OutboundPlan {
     /// with a port names a protocol other than the service port's (Istio builds that
     /// port's listeners for the listener's protocol; the cluster keeps the service's).
     listener_views: HashMap<String, ClusterPlan>,
+    /// [`outbound_ports`], decided once per plan (LDS, RDS and the reuse of a previous
+    /// snapshot's resources all read it) as indexes into `clusters`.
+    ports: Vec<(u32, PortIndexes)>,
+}
+
+/// An [`OutboundPort`] as indexes into the plan's clusters.
+#[derive(Debug, Default)]
+struct PortIndexes {
+    own_listeners: Vec<(usize, Vec<String>)>,
+    shared: Vec<usize>,
 }
 
 impl OutboundPlan {
@@ -99,12 +111,15 @@ impl OutboundPlan {
                 listener_views.insert(c.name.clone(), view);
             }
         }
-        OutboundPlan {
+        let mut plan = OutboundPlan {
             clusters,
             by_name,
             sidecar,
             listener_views,
-        }
+            ports: Vec::new(),
+        };
+        plan.ports = port_indexes(&plan);
+        plan
     }
 
     /// A whole-service cluster as the outbound listeners and routes see it (see
@@ -125,6 +140,14 @@ pub fn outbound_plan(
     findings: &mut Vec<Finding>,
 ) -> OutboundPlan {
     let mut clusters = Vec::new();
+    let default_policy = Arc::new(ClusterPolicy::default());
+    let shared = |policy: ClusterPolicy| {
+        if policy == *default_policy {
+            default_policy.clone()
+        } else {
+            Arc::new(policy)
+        }
+    };
     for service in sidecar.services(push) {
         let rule = push.destination_rule(proxy, &service.hostname, Some(&service.namespace));
         for port in &service.ports {
@@ -142,7 +165,7 @@ pub fn outbound_plan(
                 port: port.clone(),
                 subset: String::new(),
                 subset_labels: Labels::new(),
-                policy: base,
+                policy: shared(base),
                 discovery: kind,
             });
             for subset in rule
@@ -159,7 +182,7 @@ pub fn outbound_plan(
                     port: port.clone(),
                     subset: subset.name.clone(),
                     subset_labels: subset.labels.clone(),
-                    policy,
+                    policy: shared(policy),
                     discovery: kind,
                 });
             }
@@ -175,7 +198,7 @@ pub struct OutboundPort<'a> {
     /// through `virtualOutbound`'s original-destination hand-off), with those IPs. An HTTP
     /// one gets a route configuration of its own (`<fqdn>:<port>`), so editing its routing
     /// changes nothing else.
-    pub own_listeners: Vec<(&'a ClusterPlan, Vec<String>)>,
+    pub own_listeners: Vec<(&'a ClusterPlan, &'a [String])>,
     /// Everything else, reached through the port's `0.0.0.0_<port>` listener: headless
     /// services, ServiceEntries, ExternalName aliases, wildcard hosts. Their HTTP virtual
     /// hosts are in the port's catch-all route configuration (named by the port), which
@@ -210,10 +233,32 @@ impl OutboundPort<'_> {
 /// listeners); a port whose listener has an address of its own (`bind`, `captureMode:
 /// NONE`) is left to [`bound_listeners`].
 pub fn outbound_ports(plan: &OutboundPlan) -> BTreeMap<u32, OutboundPort<'_>> {
+    plan.ports
+        .iter()
+        .map(|(port, indexes)| {
+            let cluster = |i: usize| plan.listener_view(&plan.clusters[i]);
+            let out = OutboundPort {
+                own_listeners: indexes
+                    .own_listeners
+                    .iter()
+                    .map(|(i, ips)| (cluster(*i), ips.as_slice()))
+                    .collect(),
+                shared: indexes.shared.iter().map(|i| cluster(*i)).collect(),
+            };
+            (*port, out)
+        })
+        .collect()
+}
+
+/// [`outbound_ports`] of a plan being made (its clusters sorted, its listener views set).
+fn port_indexes(plan: &OutboundPlan) -> Vec<(u32, PortIndexes)> {
     let sidecar = &plan.sidecar;
-    // (cluster, whether it may only have listeners of its own on its virtual IPs)
-    let mut by_port: BTreeMap<u32, Vec<(&ClusterPlan, bool)>> = BTreeMap::new();
-    for c in plan.clusters.iter().filter(|c| c.subset.is_empty()) {
+    // (cluster index, whether it may only have listeners of its own on its virtual IPs)
+    let mut by_port: BTreeMap<u32, Vec<(usize, bool)>> = BTreeMap::new();
+    for (i, c) in plan.clusters.iter().enumerate() {
+        if !c.subset.is_empty() {
+            continue;
+        }
         let c = plan.listener_view(c);
         let mut vip_only = false;
         if sidecar.is_scoped() {
@@ -232,25 +277,26 @@ pub fn outbound_ports(plan: &OutboundPlan) -> BTreeMap<u32, OutboundPort<'_>> {
                 continue;
             }
         }
-        by_port.entry(c.port.port).or_default().push((c, vip_only));
+        by_port.entry(c.port.port).or_default().push((i, vip_only));
     }
+    let host = |i: usize| &plan.clusters[i].service.hostname;
     by_port
         .into_iter()
         .map(|(port, mut services)| {
-            services.sort_by(|a, b| a.0.service.hostname.cmp(&b.0.service.hostname));
+            services.sort_by(|a, b| host(a.0).cmp(host(b.0)));
             let mut claimed: HashSet<&str> = HashSet::new();
-            let mut out = OutboundPort::default();
-            for (c, vip_only) in services {
-                let ips: Vec<String> = own_listener_ips(&c.service)
+            let mut out = PortIndexes::default();
+            for (i, vip_only) in services {
+                let ips: Vec<String> = own_listener_ips(&plan.clusters[i].service)
                     .filter(|ip| claimed.insert(ip))
                     .map(str::to_string)
                     .collect();
                 if ips.is_empty() {
                     if !vip_only {
-                        out.shared.push(c);
+                        out.shared.push(i);
                     }
                 } else {
-                    out.own_listeners.push((c, ips));
+                    out.own_listeners.push((i, ips));
                 }
             }
             (port, out)
@@ -503,7 +549,7 @@ spec:
         (
             port.own_listeners
                 .iter()
-                .map(|(c, ips)| (c.service.name.clone(), ips.clone()))
+                .map(|(c, ips)| (c.service.name.clone(), ips.to_vec()))
                 .collect(),
             port.shared.iter().map(|c| c.service.name.clone()).collect(),
         )

@@ -515,7 +515,7 @@ impl GeneratedSnapshot {
             (Part::OutboundListeners, Flavor::Sidecar) => {
                 for (port, services) in outbound_ports(plan) {
                     for (c, ips) in &services.own_listeners {
-                        for ip in ips {
+                        for ip in *ips {
                             lend(names::vip_listener(ip, port), &c.service.hostname);
                         }
                     }
