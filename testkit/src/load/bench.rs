@@ -172,11 +172,14 @@ async fn run_real(config: &BenchConfig, mesh: &BenchMesh, mode: Mode) -> Result<
     wait_ready(admin_addr, &mut child).await?;
     let url = format!("http://127.0.0.1:{xds}");
     let mut captured = Capture::default();
+    let server = Measured {
+        pid,
+        admin: Some(admin_addr),
+        url,
+    };
     let report = measure(
         config,
-        pid,
-        Some(admin_addr),
-        &url,
+        &server,
         &mesh.sidecars,
         mode,
         Driver::Files(mesh),
@@ -229,11 +232,14 @@ async fn run_null(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let server = Measured {
+        pid,
+        admin: None,
+        url: format!("http://{addr}"),
+    };
     let report = measure(
         config,
-        pid,
-        None,
-        &format!("http://{addr}"),
+        &server,
         &mesh.sidecars,
         mode,
         Driver::Steps(stdin),
@@ -282,18 +288,26 @@ fn metric(admin: SocketAddr, name: &str) -> Result<f64> {
         .sum())
 }
 
+/// The server under measurement: Pilotfish or the null server.
+struct Measured {
+    pid: u32,
+    /// Pilotfish's admin address (its metrics and push status); the null server has none.
+    admin: Option<SocketAddr>,
+    /// Where the streams connect.
+    url: String,
+}
+
 /// Opens the streams, makes the changes, measures.
 async fn measure(
     config: &BenchConfig,
-    pid: u32,
-    admin: Option<SocketAddr>,
-    url: &str,
+    server: &Measured,
     sidecars: &[Sidecar],
     mode: Mode,
     mut driver: Driver<'_>,
     mut capture: Option<&mut Capture>,
 ) -> Result<Report> {
     let n = config.streams;
+    let pid = server.pid;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss_before = procfs::rss_bytes(pid)?;
     let cpu_before = procfs::cpu_seconds(pid)?;
@@ -308,7 +322,7 @@ async fn measure(
         tasks.spawn(client::run(
             i,
             client::node(&sidecar),
-            url.to_string(),
+            server.url.clone(),
             mode,
             fleet.clone(),
         ));
@@ -362,8 +376,7 @@ async fn measure(
         let marker = format!("bench-edit-{k:04}");
         let change = change(
             &fleet,
-            pid,
-            admin,
+            server,
             n,
             Check::Contains(marker.clone()),
             &mut driver,
@@ -381,8 +394,7 @@ async fn measure(
     let name = format!("{ADDED_SERVICE}.");
     let added = change(
         &fleet,
-        pid,
-        admin,
+        server,
         n,
         Check::Contains(name.clone()),
         &mut driver,
@@ -397,8 +409,7 @@ async fn measure(
     }
     let removed = change(
         &fleet,
-        pid,
-        admin,
+        server,
         n,
         Check::Gone(name),
         &mut driver,
@@ -433,8 +444,7 @@ async fn measure(
 #[allow(clippy::too_many_arguments)] // one call site per kind of change; the names say it
 async fn change(
     fleet: &Fleet,
-    pid: u32,
-    admin: Option<SocketAddr>,
+    server: &Measured,
     n: usize,
     check: Check,
     driver: &mut Driver<'_>,
@@ -444,6 +454,7 @@ async fn change(
 ) -> Result<Change> {
     let step = Step::new(check, n);
     let bytes_before = fleet.bytes();
+    let pid = server.pid;
     let cpu_before = procfs::cpu_seconds(pid)?;
     fleet.begin(step.clone());
     driver.step(step_number, edits, marker).await?;
@@ -458,7 +469,8 @@ async fn change(
     let last_acked = step.times().into_iter().flatten().max().unwrap_or_default();
     quiet(fleet).await;
     fleet.end_step();
-    let (handoff, pushed_to_all) = admin
+    let (handoff, pushed_to_all) = server
+        .admin
         .and_then(|a| last_push(a, written))
         .unwrap_or_default();
     Ok(Change {

@@ -438,7 +438,7 @@ fn run_delta(ops: Vec<DeltaOp>) -> Result<(), TestCaseError> {
                         holds[ty].insert(n, claimed);
                     }
                 }
-                let events = stream.on_request(&request.into(), T0);
+                let events = stream.on_request(&request, T0);
                 if ends(&events) {
                     prop_assert!(!known, "only type URLs can end these streams");
                     return Ok(());
