@@ -17,10 +17,13 @@ ARG RUST_VERSION=1.95.0
 
 FROM docker.io/library/rust:${RUST_VERSION}-bookworm AS build
 WORKDIR /src
-# Only what the release build reads: the workspace manifests and every member crate
-# (cargo loads all members even when it builds two binaries).
+# Only what the release build reads: the workspace manifests, every member crate (cargo
+# loads all members even when it builds two binaries) and the vendored h2 the workspace
+# patches in (vendor/h2/PILOTFISH.md).
 COPY Cargo.toml Cargo.lock rust-toolchain.toml ./
+COPY vendor vendor
 COPY mesh mesh
+COPY ca ca
 COPY shared shared
 COPY controller controller
 COPY xds-server xds-server
