@@ -1,5 +1,7 @@
 //! Backpressure over a real socket: a client that stops reading holds the server to one
-//! response in flight, whatever is pushed meanwhile, and the other streams converge.
+//! response in flight, whatever is pushed meanwhile, and the other streams converge — for
+//! SotW and for delta streams (the same pending-response code serves both, but each
+//! protocol builds its responses differently).
 
 use pilotfish_xds::ads::{CLUSTER_TYPE, MAX_SEND_BUFFER, MapSnapshot, StreamStatus};
 
@@ -19,35 +21,85 @@ fn version_of(payload: &[u8]) -> u64 {
         .unwrap_or(0)
 }
 
+/// A wildcard CDS stream of either protocol.
+enum Client {
+    Sotw(Sotw),
+    Delta(Delta),
+}
+
+impl Client {
+    /// Opens a stream; with `window`, on its own connection with that HTTP/2 window.
+    async fn open(server: &TestServer, delta: bool, window: Option<u32>) -> Client {
+        match (delta, window) {
+            (false, None) => Client::Sotw(server.sotw(first(CLUSTER_TYPE, &[])).await.unwrap()),
+            (false, Some(w)) => Client::Sotw(
+                server
+                    .sotw_with_window(first(CLUSTER_TYPE, &[]), w)
+                    .await
+                    .unwrap(),
+            ),
+            (true, None) => {
+                Client::Delta(server.delta(delta_first(CLUSTER_TYPE, &[])).await.unwrap())
+            }
+            (true, Some(w)) => Client::Delta(
+                server
+                    .delta_with_window(delta_first(CLUSTER_TYPE, &[]), w)
+                    .await
+                    .unwrap(),
+            ),
+        }
+    }
+
+    /// Receives the next response, ACKs it, and returns the snapshot version its cluster
+    /// names.
+    async fn next_acked(&mut self) -> u64 {
+        match self {
+            Client::Sotw(s) => {
+                let r = s.recv().await;
+                s.ack(&r, &[]).await;
+                version_of(&r.resources[0].value)
+            }
+            Client::Delta(s) => {
+                let r = s.recv().await;
+                s.ack(&r).await;
+                let any = r.resources[0].resource.as_ref().expect("a resource body");
+                version_of(&any.value)
+            }
+        }
+    }
+}
+
 #[tokio::test]
-async fn a_stalled_client_holds_one_response_while_every_other_stream_converges() {
+async fn a_stalled_sotw_client_holds_one_response_while_every_other_stream_converges() {
+    a_stalled_client_holds_one_response(false).await;
+}
+
+#[tokio::test]
+async fn a_stalled_delta_client_holds_one_response_while_every_other_stream_converges() {
+    a_stalled_client_holds_one_response(true).await;
+}
+
+async fn a_stalled_client_holds_one_response(delta: bool) {
     const SIZE: usize = 256 * 1024;
     const WINDOW: u32 = 64 * 1024;
     const PUSHES: u64 = 30;
     let server = TestServer::start("a", Some(big(1, SIZE))).await;
-    let mut stalled = server
-        .sotw_with_window(first(CLUSTER_TYPE, &[]), WINDOW)
-        .await
-        .expect("stalled stream");
-    let first_response = stalled.recv().await;
-    stalled.ack(&first_response, &[]).await;
+    let mut stalled = Client::open(&server, delta, Some(WINDOW)).await;
+    assert_eq!(stalled.next_acked().await, 1);
     let mut others = Vec::new();
     for _ in 0..4 {
-        let mut s = server.sotw(first(CLUSTER_TYPE, &[])).await.expect("stream");
-        let r = s.recv().await;
-        s.ack(&r, &[]).await;
+        let mut s = Client::open(&server, delta, None).await;
+        assert_eq!(s.next_acked().await, 1);
         others.push(s);
     }
     // From here the stalled client reads nothing. Every snapshot goes to every stream.
     for version in 2..=PUSHES {
         server.publish(big(version, SIZE));
         for s in &mut others {
-            loop {
-                let r = s.recv().await;
-                s.ack(&r, &[]).await;
-                if version_of(&r.resources[0].value) == version {
-                    break;
-                }
+            let mut received = 0;
+            while s.next_acked().await != version {
+                received += 1;
+                assert!(received < PUSHES, "version {version} never arrives");
             }
         }
     }
@@ -91,10 +143,9 @@ async fn a_stalled_client_holds_one_response_while_every_other_stream_converges(
     // The stalled client resumes: it gets what was in flight, then the newest snapshot.
     let mut received = 0;
     loop {
-        let r = stalled.recv().await;
+        let version = stalled.next_acked().await;
         received += 1;
-        stalled.ack(&r, &[]).await;
-        if version_of(&r.resources[0].value) == PUSHES {
+        if version == PUSHES {
             break;
         }
         assert!(

@@ -89,13 +89,12 @@ impl TestServer {
         Self::sotw_on(client, first).await
     }
 
-    /// Opens a SotW stream on its own connection whose HTTP/2 receive window is `window`
-    /// bytes: a client that stops reading stops the server after that much.
-    pub async fn sotw_with_window(
+    /// A client on its own connection whose HTTP/2 receive windows are `window` bytes: a
+    /// client that stops reading stops the server after that much.
+    async fn client_with_window(
         &self,
-        first: DiscoveryRequest,
         window: u32,
-    ) -> Result<Sotw, tonic::Status> {
+    ) -> AggregatedDiscoveryServiceClient<tonic::transport::Channel> {
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr))
             .expect("endpoint")
             .initial_stream_window_size(window)
@@ -103,7 +102,25 @@ impl TestServer {
             .connect()
             .await
             .expect("connect to the test ADS server");
-        Self::sotw_on(AggregatedDiscoveryServiceClient::new(channel), first).await
+        AggregatedDiscoveryServiceClient::new(channel)
+    }
+
+    /// Opens a SotW stream on its own connection with `window`-byte HTTP/2 windows.
+    pub async fn sotw_with_window(
+        &self,
+        first: DiscoveryRequest,
+        window: u32,
+    ) -> Result<Sotw, tonic::Status> {
+        Self::sotw_on(self.client_with_window(window).await, first).await
+    }
+
+    /// Opens a delta stream on its own connection with `window`-byte HTTP/2 windows.
+    pub async fn delta_with_window(
+        &self,
+        first: DeltaDiscoveryRequest,
+        window: u32,
+    ) -> Result<Delta, tonic::Status> {
+        Self::delta_on(self.client_with_window(window).await, first).await
     }
 
     /// A client on its own connection from the local address `local` (any 127.0.0.0/8
@@ -139,13 +156,19 @@ impl TestServer {
     }
 
     pub async fn delta(&self, first: DeltaDiscoveryRequest) -> Result<Delta, tonic::Status> {
+        Self::delta_on(self.client().await, first).await
+    }
+
+    /// Opens a delta stream over `client`.
+    pub async fn delta_on(
+        mut client: AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
+        first: DeltaDiscoveryRequest,
+    ) -> Result<Delta, tonic::Status> {
         let (tx, rx) = mpsc::channel(16);
         tx.send(first).await.expect("queue first request");
         let inbound = tokio::time::timeout(
             PATIENCE,
-            self.client()
-                .await
-                .delta_aggregated_resources(ReceiverStream::new(rx)),
+            client.delta_aggregated_resources(ReceiverStream::new(rx)),
         )
         .await
         .expect("stream opened in time")?
