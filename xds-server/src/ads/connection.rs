@@ -113,8 +113,9 @@ pub(crate) trait Handler: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Response<Self::Body>> + Send;
 }
 
-/// Connections a replica holds by default: at the ~60 KiB a stream costs (docs/PERFORMANCE.md)
-/// 10,000 are about 600 MiB, within the chart's 1 GiB.
+/// Connections a replica holds by default: at the ~20 KiB a stream costs (docs/PERFORMANCE.md)
+/// 10,000 are about 200 MiB beside the shared snapshot, within the chart's 1 GiB with room
+/// for a push's second generation.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 
 /// How connections are kept and ended.
