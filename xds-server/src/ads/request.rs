@@ -59,6 +59,9 @@ pub struct SotwRequest {
     /// The received message, and where each resource name is in it.
     message: Bytes,
     names: Vec<Range<u32>>,
+    /// From the first name's field key to the end of the last name, when no other field
+    /// came between two names (how every encoder writes a repeated field).
+    names_field: Option<Range<u32>>,
 }
 
 impl SotwRequest {
@@ -68,6 +71,33 @@ impl SotwRequest {
             message: &self.message,
             names: self.names.iter(),
         }
+    }
+
+    /// A 64-bit digest of the name list as sent (order and repeats included), never 0:
+    /// equal digests mean, but for a 2⁻⁶⁴ accident, the same list. A stream keeps the
+    /// digest of the last list it applied, so an ACK that repeats the list — nearly every
+    /// SotW request — is recognised with one hash over its bytes instead of a comparison
+    /// per name (a sidecar's RDS and EDS lists hold a name per service). The hash is not
+    /// collision-resistant against a chosen list; a client that forged a collision would
+    /// only keep its own previous subscription.
+    pub fn names_digest(&self) -> u64 {
+        use xxhash_rust::xxh3::{Xxh3, xxh3_64_with_seed};
+        let digest = match &self.names_field {
+            // The field's bytes (keys, lengths, names) encode the list unambiguously.
+            Some(field) => {
+                xxh3_64_with_seed(&self.message[field.start as usize..field.end as usize], 0)
+            }
+            None => {
+                // Names between other fields: each name with its length, another seed.
+                let mut hasher = Xxh3::with_seed(1);
+                for name in self.resource_names() {
+                    hasher.update(&(name.len() as u64).to_le_bytes());
+                    hasher.update(name);
+                }
+                hasher.digest()
+            }
+        };
+        digest.max(1)
     }
 }
 
@@ -103,10 +133,15 @@ impl RequestMessage for SotwRequest {
             ..SotwRequest::default()
         };
         let mut buf: &[u8] = &message;
+        // Where the names field runs, and whether another field came between two names.
+        let mut names_field: Option<Range<u32>> = None;
+        let mut names_contiguous = true;
         let string = |wire: WireType, value: &mut String, buf: &mut &[u8]| {
             prost::encoding::string::merge(wire, value, buf, DecodeContext::default())
         };
         while buf.has_remaining() {
+            // Fits in u32: the message does.
+            let field_start = (message.len() - buf.remaining()) as u32;
             let (tag, wire) = decode_key(&mut buf)?;
             match tag {
                 1 => string(wire, &mut request.version_info, &mut buf)?,
@@ -131,6 +166,12 @@ impl RequestMessage for SotwRequest {
                     let start = (message.len() - buf.remaining()) as u32;
                     request.names.push(start..start + len as u32);
                     buf.advance(len);
+                    let end = start + len as u32;
+                    match &mut names_field {
+                        Some(field) if field.end == field_start => field.end = end,
+                        Some(_) => names_contiguous = false,
+                        None => names_field = Some(field_start..end),
+                    }
                 }
                 4 => string(wire, &mut request.type_url, &mut buf)?,
                 5 => string(wire, &mut request.response_nonce, &mut buf)?,
@@ -143,6 +184,7 @@ impl RequestMessage for SotwRequest {
                 _ => skip_field(wire, tag, &mut buf, DecodeContext::default())?,
             }
         }
+        request.names_field = names_field.filter(|_| names_contiguous);
         Ok(request)
     }
 }
@@ -202,6 +244,61 @@ mod tests {
             names.iter().all(|n| buffer.contains(&n.as_ptr())),
             "names are read in the message"
         );
+    }
+
+    fn digest_of(names: &[&str]) -> u64 {
+        let request = DiscoveryRequest {
+            resource_names: names.iter().map(|n| n.to_string()).collect(),
+            ..request()
+        };
+        SotwRequest::from(request).names_digest()
+    }
+
+    /// The digest follows the list as sent: equal lists (whatever else the request says)
+    /// have equal digests; another order, a repeat, a missing or an extra name differ.
+    #[test]
+    fn the_names_digest_follows_the_list_as_sent() {
+        let ab = digest_of(&["a", "b"]);
+        assert_eq!(ab, digest_of(&["a", "b"]));
+        let other_nonce = DiscoveryRequest {
+            resource_names: vec!["a".into(), "b".into()],
+            response_nonce: "8".into(),
+            version_info: "v2".into(),
+            ..request()
+        };
+        assert_eq!(ab, SotwRequest::from(other_nonce).names_digest());
+        for other in [
+            &["b", "a"][..],
+            &["a", "b", "b"],
+            &["a"],
+            &["a", "b", "c"],
+            &["ab"],
+            &[],
+        ] {
+            assert_ne!(ab, digest_of(other), "{other:?}");
+        }
+        assert_ne!(digest_of(&[]), 0, "0 means no list applied yet");
+    }
+
+    /// Names with another field between them (no encoder we know writes that, but the
+    /// wire allows it) have a digest of their own that still tells lists apart.
+    #[test]
+    fn names_between_other_fields_have_a_digest_too() {
+        // resource_names "a", type_url "t", resource_names "b".
+        let split = Bytes::from_static(&[0x1a, 1, b'a', 0x22, 1, b't', 0x1a, 1, b'b']);
+        let split = <SotwRequest as RequestMessage>::decode(split).expect("decodes");
+        assert!(split.names_field.is_none());
+        let again = <SotwRequest as RequestMessage>::decode(Bytes::from_static(&[
+            0x1a, 1, b'a', 0x22, 1, b't', 0x1a, 1, b'b',
+        ]))
+        .expect("decodes");
+        assert_eq!(split.names_digest(), again.names_digest());
+        let other = <SotwRequest as RequestMessage>::decode(Bytes::from_static(&[
+            0x1a, 1, b'a', 0x22, 1, b't', 0x1a, 1, b'c',
+        ]))
+        .expect("decodes");
+        assert_ne!(split.names_digest(), other.names_digest());
+        assert_ne!(split.names_digest(), 0);
     }
 
     /// What prost refuses, this refuses: truncated names, a wrong wire type, bad strings;

@@ -53,13 +53,15 @@ use super::view::{ServedSnapshot, View};
 use super::wire::SotwResponse;
 
 /// Per type: the protocol record, what the client holds (the view of its last ACK),
-/// whether a response is owed, and the names subscribed since the last response.
+/// whether a response is owed, the names subscribed since the last response, and the
+/// digest of the last name list applied (0: none yet).
 #[derive(Debug, Default)]
 struct SotwType {
     record: TypeRecord,
     holds: Option<Arc<View>>,
     owed: Option<Reply>,
     fresh: Fresh,
+    names_digest: u64,
 }
 
 /// Names the client subscribed to since the last response of a type: it wants them even
@@ -200,17 +202,28 @@ impl SotwStream {
         let first_request = !state.record.requested;
         state.record.requested = true;
         let before = state.record.subscription.clone();
-        let changed = match state.record.subscription.apply_sotw(
-            xds_type,
-            first_request,
-            request.resource_names(),
-            &names,
-            bytes_left,
-        ) {
-            Ok(changed) => changed,
-            Err((limit, reason)) => {
-                events.push(ProtocolEvent::OverLimit { limit, reason });
-                return events;
+        // Applying the list the stream applied last changes nothing (the legacy wildcard
+        // rule included: it only ever holds on the first request), so an ACK repeating
+        // it is recognised by its digest.
+        let digest = request.names_digest();
+        let changed = if state.names_digest == digest {
+            false
+        } else {
+            match state.record.subscription.apply_sotw(
+                xds_type,
+                first_request,
+                request.resource_names(),
+                &names,
+                bytes_left,
+            ) {
+                Ok(changed) => {
+                    state.names_digest = digest;
+                    changed
+                }
+                Err((limit, reason)) => {
+                    events.push(ProtocolEvent::OverLimit { limit, reason });
+                    return events;
+                }
             }
         };
         if changed {
