@@ -39,6 +39,7 @@ use prost::Message;
 
 use super::findings::Finding;
 use super::sanitize::{listener_address, listener_references, route_clusters};
+use super::scope::Scope;
 use super::snapshot::{GeneratedSnapshot, ResourceMap};
 use super::tls::matches_sans_without_a_ca;
 use crate::ads::{Resource, XdsSnapshot, XdsType};
@@ -403,31 +404,32 @@ impl Auditor {
 
     /// Checks the views `snapshot` served; every finding is logged and counted.
     pub fn check(&mut self, snapshot: &GeneratedSnapshot) -> Vec<BrokenReference> {
-        let mut proxies: Vec<(String, Proxy)> = snapshot
-            .served_proxies()
+        // Each scope as its streams had it, with the proxy that asked first.
+        let mut served: Vec<(String, (Proxy, Arc<Scope>))> = snapshot
+            .served()
             .into_iter()
-            .map(|p| (served_view_name(&p), p))
+            .map(|(scope, p)| (served_view_name(&p), (p, scope)))
             .collect();
-        proxies.sort_by(|a, b| a.0.cmp(&b.0));
-        self.check_views(snapshot, proxies, |p, kind| {
-            snapshot.parts_if_cached(p, kind)
+        served.sort_by(|a, b| a.0.cmp(&b.0));
+        self.check_views(snapshot, served, |(p, scope), kind| {
+            snapshot.parts_if_cached(p, scope, kind)
         })
     }
 
-    /// Checks the views of `proxies` made of the parts `parts_of` gives (a proxy whose
-    /// parts it does not give is skipped).
-    fn check_views(
+    /// Checks the views of `clients` (a proxy, or a proxy with its scope) made of the parts
+    /// `parts_of` gives (a client whose parts it does not give is skipped).
+    fn check_views<C>(
         &mut self,
         snapshot: &GeneratedSnapshot,
-        proxies: Vec<(String, Proxy)>,
-        parts_of: impl Fn(&Proxy, XdsType) -> Option<Vec<Arc<ResourceMap>>>,
+        clients: Vec<(String, C)>,
+        parts_of: impl Fn(&C, XdsType) -> Option<Vec<Arc<ResourceMap>>>,
     ) -> Vec<BrokenReference> {
         let mut seen: HashMap<String, Option<Arc<Facts>>> = HashMap::new();
         let mut out = Vec::new();
-        for (name, proxy) in proxies {
+        for (name, client) in clients {
             let Some(parts) = XdsType::ALL
                 .iter()
-                .map(|kind| parts_of(&proxy, *kind))
+                .map(|kind| parts_of(&client, *kind))
                 .collect::<Option<Vec<_>>>()
             else {
                 continue;

@@ -578,26 +578,28 @@ impl GeneratedSnapshot {
             .collect()
     }
 
-    /// The parts of `kind` for `proxy` that are cached already, or `None` when one of them
-    /// is not: never generates anything.
-    pub fn parts_if_cached(&self, proxy: &Proxy, kind: XdsType) -> Option<Vec<Arc<ResourceMap>>> {
-        if proxy.proxy_type == ProxyType::Router {
-            return Some(Vec::new());
-        }
-        let scope = self.index.scope(proxy);
+    /// The parts of `kind` for `proxy` in `scope` (one [`Self::served`] gave) that are
+    /// cached already, or `None` when one of them is not: never generates anything.
+    pub fn parts_if_cached(
+        &self,
+        proxy: &Proxy,
+        scope: &Scope,
+        kind: XdsType,
+    ) -> Option<Vec<Arc<ResourceMap>>> {
         parts_for(kind, Flavor::of(proxy))
             .iter()
             .map(|part| self.parts.peek(&(*part, scope.for_part(*part))))
             .collect()
     }
 
-    /// One proxy of each scope the engine asked parts for, in no particular order.
-    pub fn served_proxies(&self) -> Vec<Proxy> {
+    /// Each scope the engine asked parts for, with the first proxy that asked, in no
+    /// particular order (gateways, which get nothing, are never among them).
+    pub fn served(&self) -> Vec<(Arc<Scope>, Proxy)> {
         self.served
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
+            .iter()
+            .map(|(scope, proxy)| (scope.clone(), proxy.clone()))
             .collect()
     }
 
