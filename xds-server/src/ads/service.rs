@@ -506,15 +506,16 @@ fn connection_ending() -> Status {
 /// an operator which it was).
 fn over_limit(events: &[ProtocolEvent]) -> Option<Status> {
     events.iter().find_map(|e| match e {
-        ProtocolEvent::OverLimit { limit, reason } => Some(match limit {
-            Limit::TypeUrls => {
-                Status::invalid_argument(format!("this ADS stream went past a limit: {reason}"))
-            }
-            Limit::SubscribedNames => {
-                Status::resource_exhausted(format!("this ADS stream went past a limit: {reason}"))
-            }
-            Limit::Malformed => Status::invalid_argument(format!("malformed request: {reason}")),
-        }),
+        ProtocolEvent::OverLimit { limit, reason } => {
+            let past = || format!("this ADS stream went past a limit: {reason}");
+            Some(match limit {
+                Limit::TypeUrls => Status::invalid_argument(past()),
+                Limit::SubscribedNames => Status::resource_exhausted(past()),
+                Limit::Malformed => {
+                    Status::invalid_argument(format!("malformed request: {reason}"))
+                }
+            })
+        }
         _ => None,
     })
 }
