@@ -48,8 +48,8 @@ use tokio_util::sync::CancellationToken;
 
 /// jemalloc rather than glibc's malloc: thousands of streams allocating and freeing small
 /// objects on every push spent about a third of the server's CPU in glibc's allocator
-/// (`_int_malloc`, `malloc_consolidate`), and cost 35% more CPU per VirtualService edit at
-/// 2,000 streams (docs/PERFORMANCE.md, "Allocator").
+/// (`_int_malloc`, `malloc_consolidate`); with glibc a VirtualService edit at 2,000 streams
+/// cost a third more CPU (docs/PERFORMANCE.md, run 7, "jemalloc").
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
