@@ -24,6 +24,7 @@ mod delta;
 mod grpc;
 mod handshake;
 mod intern;
+pub(crate) use intern::WeakTable;
 mod machine;
 mod map_snapshot;
 mod names;

@@ -190,7 +190,7 @@ endpoints:
         let sidecar = std::sync::Arc::new(push.sidecar_scope(None, "shop"));
         let plan = outbound_plan(&push, &proxy, sidecar, Flavor::Sidecar, &mut Vec::new());
         let web = plan
-            .clusters
+            .clusters()
             .iter()
             .find(|c| c.service.name == "web")
             .expect("web's cluster");

@@ -71,7 +71,7 @@ pub fn outbound_clusters(
 ) -> Vec<Cluster> {
     let connect_timeout = push.mesh().connect_timeout;
     let mut out: Vec<Cluster> = plan
-        .clusters
+        .clusters()
         .iter()
         .map(|c| outbound_cluster(push, c, flavor, connect_timeout, findings))
         .collect();

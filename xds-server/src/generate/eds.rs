@@ -42,7 +42,7 @@ pub fn load_assignments(
     scope: &Scope,
     findings: &mut Vec<Finding>,
 ) -> Vec<ClusterLoadAssignment> {
-    plan.clusters
+    plan.clusters()
         .iter()
         .filter(|c| c.discovery == Discovery::Eds)
         .map(|c| load_assignment(push, c, scope, findings))

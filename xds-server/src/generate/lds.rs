@@ -793,7 +793,7 @@ fn default_inbound_route(
 
 /// Proxyless clients' listeners: one `api_listener` per whole-service cluster.
 pub fn proxyless_listeners(plan: &OutboundPlan) -> Vec<Listener> {
-    plan.clusters
+    plan.clusters()
         .iter()
         .filter(|c| c.subset.is_empty())
         .map(|c| {

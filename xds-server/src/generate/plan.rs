@@ -10,13 +10,17 @@
 //! listener (everything else: routed by Host for HTTP, by address or as the port's
 //! default for TCP).
 
+use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, LazyLock};
 
 use pilotfish_mesh::api::{Labels, SimpleLb};
 use pilotfish_mesh::model::{Protocol, Proxy, Resolution, Service, ServiceOrigin, ServicePort};
 use pilotfish_mesh::push_context::sidecar::{EgressScope, SidecarScope};
 use pilotfish_mesh::push_context::{EffectiveDestinationRule, PushContext};
+
+use crate::ads::WeakTable;
 
 use super::findings::{Downgrade, Finding};
 use super::names;
@@ -37,7 +41,7 @@ pub enum Discovery {
 }
 
 /// One outbound cluster.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ClusterPlan {
     pub name: String,
     pub service: Arc<Service>,
@@ -56,9 +60,19 @@ pub struct ClusterPlan {
 /// imports and outbound policy) every planned part reads.
 #[derive(Debug, Default)]
 pub struct OutboundPlan {
-    pub clusters: Vec<ClusterPlan>,
-    by_name: HashMap<String, usize>,
+    /// Per namespace (VirtualServices are looked up through it).
     pub sidecar: Arc<SidecarScope>,
+    /// What the sidecar scope decided, shared by every plan that came out the same
+    /// ([`PLANNED_CLUSTERS`]): without Sidecars and `exportTo` restrictions, the plans of all
+    /// namespaces (a snapshot keeps one per scope, ~0.5–1 MB each at 1,000 services).
+    planned: Arc<PlannedClusters>,
+}
+
+/// The clusters of a plan and what is derived from them alone.
+#[derive(Debug, Default, PartialEq)]
+struct PlannedClusters {
+    clusters: Vec<ClusterPlan>,
+    by_name: HashMap<String, usize>,
     /// Whole-service clusters as the listeners see them where a Sidecar egress listener
     /// with a port names a protocol other than the service port's (Istio builds that
     /// port's listeners for the listener's protocol; the cluster keeps the service's).
@@ -68,20 +82,31 @@ pub struct OutboundPlan {
     ports: Vec<(u32, PortIndexes)>,
 }
 
+/// Every live [`PlannedClusters`], by content.
+static PLANNED_CLUSTERS: LazyLock<WeakTable<PlannedClusters>> = LazyLock::new(WeakTable::default);
+
 /// An [`OutboundPort`] as indexes into the plan's clusters.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 struct PortIndexes {
     own_listeners: Vec<(usize, Vec<String>)>,
     shared: Vec<usize>,
 }
 
 impl OutboundPlan {
+    /// Every outbound cluster, sorted by name.
+    pub fn clusters(&self) -> &[ClusterPlan] {
+        &self.planned.clusters
+    }
+
     pub fn get(&self, name: &str) -> Option<&ClusterPlan> {
-        self.by_name.get(name).map(|&i| &self.clusters[i])
+        self.planned
+            .by_name
+            .get(name)
+            .map(|&i| &self.planned.clusters[i])
     }
 
     pub fn contains(&self, name: &str) -> bool {
-        self.by_name.contains_key(name)
+        self.planned.by_name.contains_key(name)
     }
 
     fn from_clusters(mut clusters: Vec<ClusterPlan>, sidecar: Arc<SidecarScope>) -> OutboundPlan {
@@ -111,20 +136,33 @@ impl OutboundPlan {
                 listener_views.insert(c.name.clone(), view);
             }
         }
-        let mut plan = OutboundPlan {
+        let mut planned = PlannedClusters {
             clusters,
             by_name,
-            sidecar,
             listener_views,
             ports: Vec::new(),
         };
-        plan.ports = port_indexes(&plan);
-        plan
+        planned.ports = port_indexes(&planned, &sidecar);
+        let mut hasher = DefaultHasher::new();
+        for c in &planned.clusters {
+            c.name.hash(&mut hasher);
+        }
+        planned.ports.len().hash(&mut hasher);
+        OutboundPlan {
+            sidecar,
+            planned: PLANNED_CLUSTERS.intern(hasher.finish(), planned, |a, b| a == b),
+        }
     }
 
     /// A whole-service cluster as the outbound listeners and routes see it (see
     /// `listener_views`).
     pub fn listener_view<'a>(&'a self, c: &'a ClusterPlan) -> &'a ClusterPlan {
+        self.planned.listener_view(c)
+    }
+}
+
+impl PlannedClusters {
+    fn listener_view<'a>(&'a self, c: &'a ClusterPlan) -> &'a ClusterPlan {
         self.listener_views.get(&c.name).unwrap_or(c)
     }
 }
@@ -233,10 +271,11 @@ impl OutboundPort<'_> {
 /// listeners); a port whose listener has an address of its own (`bind`, `captureMode:
 /// NONE`) is left to [`bound_listeners`].
 pub fn outbound_ports(plan: &OutboundPlan) -> BTreeMap<u32, OutboundPort<'_>> {
-    plan.ports
+    plan.planned
+        .ports
         .iter()
         .map(|(port, indexes)| {
-            let cluster = |i: usize| plan.listener_view(&plan.clusters[i]);
+            let cluster = |i: usize| plan.listener_view(&plan.clusters()[i]);
             let out = OutboundPort {
                 own_listeners: indexes
                     .own_listeners
@@ -251,8 +290,7 @@ pub fn outbound_ports(plan: &OutboundPlan) -> BTreeMap<u32, OutboundPort<'_>> {
 }
 
 /// [`outbound_ports`] of a plan being made (its clusters sorted, its listener views set).
-fn port_indexes(plan: &OutboundPlan) -> Vec<(u32, PortIndexes)> {
-    let sidecar = &plan.sidecar;
+fn port_indexes(plan: &PlannedClusters, sidecar: &SidecarScope) -> Vec<(u32, PortIndexes)> {
     // (cluster index, whether it may only have listeners of its own on its virtual IPs)
     let mut by_port: BTreeMap<u32, Vec<(usize, bool)>> = BTreeMap::new();
     for (i, c) in plan.clusters.iter().enumerate() {
@@ -353,7 +391,7 @@ pub fn bound_listeners(plan: &OutboundPlan) -> Vec<BoundListener<'_>> {
         let address = l.bind.clone().unwrap_or_else(|| "127.0.0.1".to_string());
         let services = |port: Option<u32>| -> Vec<&ClusterPlan> {
             let mut found: Vec<&ClusterPlan> = plan
-                .clusters
+                .clusters()
                 .iter()
                 .filter(|c| c.subset.is_empty() && l.imports_service(&c.service.hostname))
                 .filter(|c| port.is_none_or(|p| c.port.port == p))

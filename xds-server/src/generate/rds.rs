@@ -221,7 +221,7 @@ pub fn proxyless_route_configs(
     reused: &dyn Fn(&str) -> bool,
     findings: &mut Vec<Finding>,
 ) -> Vec<RouteConfiguration> {
-    plan.clusters
+    plan.clusters()
         .iter()
         .filter(|c| c.subset.is_empty())
         .filter(|c| !reused(&names::host_port(&c.service.hostname, c.port.port)))

@@ -441,6 +441,14 @@ impl ScopeIndex {
         }
     }
 
+    /// Whether every proxy's scope is the same under `self` as under `other`, given that
+    /// the two snapshots differ only in VirtualServices: of those, a scope reads the
+    /// namespaces they name (the namespace class) and their `sourceLabels` selectors.
+    pub fn same_scopes_as(&self, other: &ScopeIndex) -> bool {
+        self.named_namespaces == other.named_namespaces
+            && self.source_selectors == other.source_selectors
+    }
+
     /// The scope namespace of a proxy in `namespace`: itself when the snapshot names it,
     /// else [`UNNAMED_NAMESPACE`].
     pub fn namespace_class(&self, namespace: &str) -> String {

@@ -10,10 +10,11 @@
 //! of its content ([`shared_part`]), so scopes (and snapshots) that generate the same
 //! resources hold one map, and the engine's responses cut from it are shared too.
 //!
-//! The outbound plan every planned part derives from is large (a merged traffic policy per
-//! cluster) and cheap to compute, so it is not kept for the snapshot's lifetime: it is
-//! cached weakly, and the first part of a scope that needs it generates its planned
-//! siblings while the plan is at hand.
+//! The outbound plan every planned part derives from is kept per projected scope in a
+//! small cache ([`PLAN_CACHE_CAPACITY`]), and the first part of a scope that needs it
+//! generates its planned siblings. A stream asks a snapshot for each of its types: its
+//! scope is computed once per snapshot, and each scope's parts per type are looked up
+//! once for all its streams ([`ServedScope`]).
 //!
 //! The generators do no telemetry: each part's generation returns its [`Finding`]s, and
 //! `report` logs and counts them here — once per generated part, since parts are
@@ -30,8 +31,10 @@
 //! taken one by one where the VirtualService that applies to their host is equal in both
 //! snapshots. Everything else is generated, so a VirtualService edit on one service
 //! regenerates that service's route configuration, its listener and each port's catch-all
-//! per scope, and nothing of clusters or endpoints. The previous snapshot's parts are
-//! only looked at, never generated on its behalf.
+//! per scope, and nothing of clusters or endpoints. Such an edit also keeps the outbound
+//! plans (without a Sidecar a plan does not read VirtualServices) and, unless it changes
+//! what scopes read of VirtualServices, every stream's scope. The previous snapshot's
+//! parts are only looked at, never generated on its behalf.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
@@ -144,6 +147,11 @@ impl<K: Eq + Hash + Clone, V: Clone> Cache<K, V> {
     }
 }
 
+/// At most this many outbound plans are kept per snapshot (each is about a cluster's
+/// name, service, port and shared policy per cluster the scope sees: ~0.3 MB at 1,000
+/// services). Past it a scope's plan is computed again when one of its parts is.
+pub const PLAN_CACHE_CAPACITY: usize = 64;
+
 /// At most this many parts are cached per snapshot. Scopes are bounded by the snapshot
 /// already (client input is classed, `generate/scope.rs`); this bounds the rest, e.g. a
 /// mesh whose selectors split proxies into very many scopes. 1,000 services in 20
@@ -255,13 +263,19 @@ pub struct GeneratedSnapshot {
     change: ChangeKind,
     previous_version: Option<u64>,
     index: ScopeIndex,
-    /// Held weakly: alive while parts of the scope are being generated.
-    plans: Mutex<HashMap<Scope, Weak<OutboundPlan>>>,
+    /// The outbound plans of the scopes generated lately, by projected scope (at most
+    /// [`PLAN_CACHE_CAPACITY`]); a following snapshot takes them when the plan's inputs
+    /// did not change ([`GeneratedSnapshot::previous_plan`]).
+    plans: Cache<Scope, Arc<OutboundPlan>>,
     parts: Cache<(Part, Scope), Arc<ResourceMap>>,
     /// Proxyless servers' listeners by (projected scope, names asked for): they exist only
     /// when named ([`XdsSnapshot::named_parts`]).
     server_listeners: Cache<(Scope, Vec<String>), Arc<ResourceMap>>,
     generations: AtomicU64,
+    /// Outbound plans computed, and streams' scopes computed (not taken from the previous
+    /// snapshot), for tests and debug pages.
+    plans_computed: AtomicU64,
+    stream_scopes_computed: AtomicU64,
     base: Option<Base>,
     /// Resources generated (encoded) per part, and parts or resources taken from `base`.
     generated_resources: [AtomicU64; PARTS],
@@ -273,10 +287,44 @@ pub struct GeneratedSnapshot {
     /// Every scope the engine asked parts for (at most [`PART_CACHE_CAPACITY`]), the one
     /// copy its streams share, with the first proxy that asked: what the replica's audit
     /// checks ([`super::Auditor`]).
-    served: Mutex<HashMap<Arc<Scope>, Proxy>>,
+    served: Mutex<ServedScopes>,
     /// The scope of each stream's proxy, computed once per snapshot
     /// ([`XdsSnapshot::stream_parts`]).
     stream_scopes: Mutex<StreamScopes>,
+    /// Whether every proxy has the same scope as in the previous snapshot (only
+    /// VirtualServices changed, and none of what scopes read of them): a stream's scope is
+    /// then taken from the previous snapshot instead of computed again.
+    scopes_kept: bool,
+}
+
+/// The served scopes, each with the first proxy that asked for it (the audit's sample).
+type ServedScopes = HashMap<Arc<Scope>, (Proxy, Arc<ServedScope>)>;
+
+/// A scope as its streams share it: with the parts of each type, looked up once for all
+/// of them (per stream that was a projection, a hash and a comparison of the scope per
+/// part, 2,000 times per push).
+#[derive(Debug)]
+struct ServedScope {
+    scope: Arc<Scope>,
+    parts: [OnceLock<Vec<Arc<ResourceMap>>>; XdsType::ALL.len()],
+}
+
+impl ServedScope {
+    fn new(scope: Arc<Scope>) -> Arc<ServedScope> {
+        Arc::new(ServedScope {
+            scope,
+            parts: Default::default(),
+        })
+    }
+}
+
+fn type_index(kind: XdsType) -> usize {
+    match kind {
+        XdsType::Cluster => 0,
+        XdsType::Endpoint => 1,
+        XdsType::Listener => 2,
+        XdsType::Route => 3,
+    }
 }
 
 /// Scopes by the address of the stream's `Arc<Proxy>`. Each entry holds its proxy weakly:
@@ -285,7 +333,7 @@ pub struct GeneratedSnapshot {
 /// entry exists — an entry found at a live proxy's address is that proxy's.
 #[derive(Debug, Default)]
 struct StreamScopes {
-    by_proxy: HashMap<usize, (Weak<Proxy>, Arc<Scope>)>,
+    by_proxy: HashMap<usize, (Weak<Proxy>, Arc<ServedScope>)>,
     sweep_at: usize,
 }
 
@@ -325,10 +373,12 @@ impl GeneratedSnapshot {
             change,
             previous_version,
             index,
-            plans: Mutex::new(HashMap::new()),
+            plans: Cache::new(PLAN_CACHE_CAPACITY),
             parts: Cache::new(PART_CACHE_CAPACITY),
             server_listeners: Cache::new(PART_CACHE_CAPACITY),
             generations: AtomicU64::new(0),
+            plans_computed: AtomicU64::new(0),
+            stream_scopes_computed: AtomicU64::new(0),
             base: None,
             generated_resources: Default::default(),
             reused_parts: AtomicU64::new(0),
@@ -336,29 +386,53 @@ impl GeneratedSnapshot {
             log_window: Arc::default(),
             served: Mutex::new(HashMap::new()),
             stream_scopes: Mutex::default(),
+            scopes_kept: false,
         }
     }
 
     /// The scope of a stream's proxy, computed once per snapshot (a stream asks for four
     /// types, and a scope costs matching the proxy's labels against its namespace's
-    /// services and every selector), and shared with the streams of the same scope; it
-    /// counts as served.
-    fn stream_scope(&self, proxy: &Arc<Proxy>) -> Arc<Scope> {
+    /// services and every selector) or taken from the previous snapshot when no proxy's
+    /// scope can have changed, and shared with the streams of the same scope; it counts
+    /// as served.
+    fn stream_scope(&self, proxy: &Arc<Proxy>) -> Arc<ServedScope> {
         let key = Arc::as_ptr(proxy) as usize;
         let lock = || self.stream_scopes.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, scope)) = lock().by_proxy.get(&key) {
-            return scope.clone();
+        if let Some((_, served)) = lock().by_proxy.get(&key) {
+            return served.clone();
         }
-        let scope = self.served_scope(proxy, self.index.scope(proxy));
+        let scope = self.previous_stream_scope(key).unwrap_or_else(|| {
+            self.stream_scopes_computed.fetch_add(1, Ordering::Relaxed);
+            Arc::new(self.index.scope(proxy))
+        });
+        let served = self.served_scope(proxy, scope);
         let mut scopes = lock();
         scopes
             .by_proxy
-            .insert(key, (Arc::downgrade(proxy), scope.clone()));
+            .insert(key, (Arc::downgrade(proxy), served.clone()));
         if scopes.by_proxy.len() > scopes.sweep_at {
             scopes.by_proxy.retain(|_, (p, _)| p.strong_count() > 0);
             scopes.sweep_at = 2 * scopes.by_proxy.len() + 64;
         }
-        scope
+        served
+    }
+
+    /// The scope the previous snapshot computed for the stream proxy at `key`, when every
+    /// proxy's scope is the same in both. An entry at a live proxy's address is that
+    /// proxy's (see [`StreamScopes`]); the caller holds the proxy, so it is live.
+    fn previous_stream_scope(&self, key: usize) -> Option<Arc<Scope>> {
+        if !self.scopes_kept {
+            return None;
+        }
+        let previous = self.base.as_ref()?.previous.upgrade()?;
+        let scopes = previous
+            .stream_scopes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        scopes
+            .by_proxy
+            .get(&key)
+            .map(|(_, served)| served.scope.clone())
     }
 
     /// The snapshot of `push` published as `version`, replacing `previous`: the change
@@ -379,6 +453,11 @@ impl GeneratedSnapshot {
             .then(|| virtual_service_hosts_changed(&previous.push, &push))
             .flatten();
         let mut snapshot = Self::new_since(push, version, Some(previous.version), change);
+        snapshot.scopes_kept = only_virtual_services
+            && !summary.mesh_changed
+            && summary.services.is_empty()
+            && summary.endpoints.is_empty()
+            && snapshot.index.same_scopes_as(&previous.index);
         snapshot.base = Some(Base {
             previous: Arc::downgrade(previous),
             summary,
@@ -505,7 +584,7 @@ impl GeneratedSnapshot {
                 }
             }
             (Part::Routes, Flavor::Proxyless) => {
-                for c in plan.clusters.iter().filter(|c| c.subset.is_empty()) {
+                for c in plan.clusters().iter().filter(|c| c.subset.is_empty()) {
                     lend(
                         names::host_port(&c.service.hostname, c.port.port),
                         &c.service.hostname,
@@ -538,6 +617,16 @@ impl GeneratedSnapshot {
     /// Parts generated so far (cache misses), for tests and debug pages.
     pub fn generations(&self) -> u64 {
         self.generations.load(Ordering::Relaxed)
+    }
+
+    /// Outbound plans this snapshot computed (not taken from the previous one).
+    pub fn plans_computed(&self) -> u64 {
+        self.plans_computed.load(Ordering::Relaxed)
+    }
+
+    /// Streams' scopes this snapshot computed (not taken from the previous one).
+    pub fn stream_scopes_computed(&self) -> u64 {
+        self.stream_scopes_computed.load(Ordering::Relaxed)
     }
 
     /// Distinct cached parts.
@@ -599,59 +688,72 @@ impl GeneratedSnapshot {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .map(|(scope, proxy)| (scope.clone(), proxy.clone()))
+            .map(|(scope, (proxy, _))| (scope.clone(), proxy.clone()))
             .collect()
     }
 
     /// The shared copy of `scope`, which `proxy` asked for: recorded as served, with
-    /// `proxy` as its sample when it is the first.
-    fn served_scope(&self, proxy: &Proxy, scope: Scope) -> Arc<Scope> {
+    /// `proxy` as its sample when it is the first. Past [`PART_CACHE_CAPACITY`] scopes a
+    /// new one is not recorded (its streams still share what the part cache shares).
+    fn served_scope(&self, proxy: &Proxy, scope: Arc<Scope>) -> Arc<ServedScope> {
         let mut served = self.served.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((shared, _)) = served.get_key_value(&scope) {
+        if let Some((_, shared)) = served.get(&*scope) {
             return shared.clone();
         }
-        let scope = Arc::new(scope);
+        let shared = ServedScope::new(scope.clone());
         if served.len() < PART_CACHE_CAPACITY {
-            served.insert(scope.clone(), proxy.clone());
+            served.insert(scope, (proxy.clone(), shared.clone()));
         }
-        scope
+        shared
     }
 
+    /// The outbound plan of `scope`: the previous snapshot's when nothing it reads
+    /// changed, else computed (once per snapshot while cached).
     fn plan(&self, proxy: &Proxy, scope: &Scope) -> Arc<OutboundPlan> {
         let key = scope.for_part(Part::OutboundClusters);
-        let lock = || self.plans.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(plan) = lock().get(&key).and_then(Weak::upgrade) {
-            return plan;
+        self.plans.get_or_init(key.clone(), || {
+            if let Some(plan) = self.previous_plan(&key) {
+                return plan;
+            }
+            self.plans_computed.fetch_add(1, Ordering::Relaxed);
+            let mut findings = Vec::new();
+            let sidecar = Arc::new(self.push.sidecar_scope(scope.sidecar, &scope.namespace));
+            let plan = Arc::new(outbound_plan(
+                &self.push,
+                proxy,
+                sidecar,
+                Flavor::of(proxy),
+                &mut findings,
+            ));
+            self.report(&findings);
+            plan
+        })
+    }
+
+    /// The previous snapshot's plan for the projected scope `key`, when only
+    /// VirtualServices changed and no Sidecar applies: a plan reads services,
+    /// DestinationRules, the mesh config and — only through a Sidecar's imports —
+    /// VirtualServices. (The projected scope already fixes the namespace class and the
+    /// workload-selector DestinationRules.)
+    fn previous_plan(&self, key: &Scope) -> Option<Arc<OutboundPlan>> {
+        let base = self.base.as_ref()?;
+        let summary = &base.summary;
+        let kept = !summary.mesh_changed
+            && summary.services.is_empty()
+            && summary
+                .configs
+                .iter()
+                .all(|k| k.kind == ConfigKind::VirtualService);
+        if !kept || key.sidecar.is_some() {
+            return None;
         }
-        let mut findings = Vec::new();
-        let sidecar = Arc::new(self.push.sidecar_scope(scope.sidecar, &scope.namespace));
-        let plan = Arc::new(outbound_plan(
-            &self.push,
-            proxy,
-            sidecar,
-            Flavor::of(proxy),
-            &mut findings,
-        ));
-        self.report(&findings);
-        let mut plans = lock();
-        // Forget plans no part generation holds any more, so the map stays as small as
-        // the scopes being generated at once.
-        plans.retain(|_, held| held.strong_count() > 0);
-        plans.insert(key, Arc::downgrade(&plan));
-        plan
+        base.previous.upgrade()?.plans.peek(key)
     }
 
     fn part(&self, proxy: &Proxy, scope: &Scope, part: Part) -> Arc<ResourceMap> {
         let key = (part, scope.for_part(part));
         if PLANNED.contains(&part) && !self.parts.contains(&key) {
-            // One plan serves every planned part of the scope: generate them while it is
-            // held here, rather than computing it again for each (unless every one of
-            // them is taken whole from the previous snapshot).
-            let needs_plan = PLANNED.iter().any(|p| {
-                !self.parts.contains(&(*p, scope.for_part(*p)))
-                    && self.previous_part(proxy, scope, *p, Reuse::Whole).is_none()
-            });
-            let _plan = needs_plan.then(|| self.plan(proxy, scope));
+            // Generate every planned part of the scope together: they read one plan.
             for sibling in PLANNED {
                 self.generated(proxy, scope, sibling);
             }
@@ -966,8 +1068,10 @@ impl XdsSnapshot for GeneratedSnapshot {
         if proxy.proxy_type == ProxyType::Router {
             return Vec::new();
         }
-        let scope = self.stream_scope(proxy);
-        self.parts_in(proxy, &scope, kind)
+        let served = self.stream_scope(proxy);
+        served.parts[type_index(kind)]
+            .get_or_init(|| self.parts_in(proxy, &served.scope, kind))
+            .clone()
     }
 
     /// A proxyless gRPC server's listeners (`xds.istio.io/grpc/lds/inbound/<ip>:<port>`),

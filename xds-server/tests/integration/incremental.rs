@@ -284,6 +284,25 @@ fn served(snapshot: &GeneratedSnapshot, proxies: &[Proxy]) -> Served {
     out
 }
 
+/// [`served`] as ADS streams of `streams` get it: through `stream_parts`, which keeps
+/// what it derived from each stream's proxy (its scope) per snapshot and may take it from
+/// the previous snapshot (merged as `GeneratedSnapshot::all` merges parts).
+fn streamed(snapshot: &GeneratedSnapshot, streams: &[Arc<Proxy>]) -> Served {
+    let mut out = Vec::new();
+    for proxy in streams {
+        for kind in TYPES {
+            let mut resources = BTreeMap::new();
+            for part in snapshot.stream_parts(proxy, kind) {
+                for (name, r) in part.iter() {
+                    resources.insert(name.clone(), (r.version.clone(), r.body.value.to_vec()));
+                }
+            }
+            out.push(resources);
+        }
+    }
+    out
+}
+
 fn generated(snapshot: &GeneratedSnapshot, part: Part) -> u64 {
     snapshot.generated_resources(part)
 }
@@ -299,11 +318,21 @@ fn a_virtual_service_edit_regenerates_that_services_routing_only() {
         "a fresh snapshot generates every route configuration"
     );
 
+    let streams: Vec<Arc<Proxy>> = proxies.iter().cloned().map(Arc::new).collect();
+    assert_eq!(streamed(&first, &streams), before);
+    assert_eq!(first.stream_scopes_computed(), streams.len() as u64);
+    assert!(first.plans_computed() >= NAMESPACES as u64);
+
     // svc3 (ns0) has a VirtualService: change its split.
     mesh.virtual_services[3] = Some(60);
     let edited = GeneratedSnapshot::following(&first, mesh.push(), 2);
     let after = served(&edited, &proxies);
     assert_ne!(before, after, "the edit changes something");
+    // The same streams: their scopes and every scope's outbound plan are the previous
+    // snapshot's (the edit changes neither).
+    assert_eq!(streamed(&edited, &streams), after);
+    assert_eq!(edited.stream_scopes_computed(), 0);
+    assert_eq!(edited.plans_computed(), 0);
 
     // Per namespace: the sidecars' scope regenerates svc3's route configuration and the
     // port's catch-all (which lists every VirtualService-only host), the proxyless
@@ -436,17 +465,27 @@ proptest! {
             labels: [("app".to_string(), "svc0".to_string())].into_iter().collect(),
             ..Proxy::with_defaults("sidecar~10.0.9.1~x.elsewhere~elsewhere.svc.cluster.local")
         });
+        // The same proxies as streams, which keep their `Arc<Proxy>` from snapshot to
+        // snapshot (what a snapshot remembers per stream may be carried along).
+        let streams: Vec<Arc<Proxy>> = proxies.iter().cloned().map(Arc::new).collect();
         let mut mesh = Mesh::new(SERVICES);
         let mut previous = Arc::new(GeneratedSnapshot::new(mesh.push(), 1, ChangeKind::Full));
         served(&previous, &proxies);
+        streamed(&previous, &streams);
         for (version, (edit, partly)) in (2..).zip(&edits) {
             mesh.apply(edit);
             let push = mesh.push();
             let next = Arc::new(GeneratedSnapshot::following(&previous, push.clone(), version));
-            let asked: &[Proxy] = if *partly { &proxies[..2] } else { &proxies };
+            let (asked, asking): (&[Proxy], &[Arc<Proxy>]) = if *partly {
+                (&proxies[..2], &streams[..2])
+            } else {
+                (&proxies, &streams)
+            };
             let incremental = served(&next, asked);
             let fresh = GeneratedSnapshot::new(push, version, ChangeKind::Full);
-            prop_assert_eq!(&incremental, &served(&fresh, asked), "after {:?}", edit);
+            let expected = served(&fresh, asked);
+            prop_assert_eq!(&incremental, &expected, "after {:?}", edit);
+            prop_assert_eq!(&streamed(&next, asking), &expected, "streams, after {:?}", edit);
             previous = next;
         }
     }
