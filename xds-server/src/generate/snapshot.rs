@@ -543,15 +543,17 @@ impl GeneratedSnapshot {
         part: Part,
         plan: &OutboundPlan,
     ) -> ResourceMap {
-        let mut lent = ResourceMap::new();
+        // Collected, then built into a map in one go (a thousand inserts, per part and
+        // scope, were a visible share of an edit's CPU).
+        let mut lent = Vec::new();
         let Some((previous, old)) = self.previous_part(proxy, scope, part, Reuse::PerResource)
         else {
-            return lent;
+            return ResourceMap::new();
         };
         // Under a Sidecar the VirtualService a host gets depends on what the Sidecar
         // imports, which a VirtualService edit can change: regenerate them all.
         if plan.sidecar.sidecar.is_some() {
-            return lent;
+            return ResourceMap::new();
         }
         let namespace = &proxy.namespace;
         let changed_hosts = self.base.as_ref().and_then(|b| b.vs_hosts_changed.as_ref());
@@ -567,7 +569,7 @@ impl GeneratedSnapshot {
             if let Some(r) = old.get(&name)
                 && same_routing(host)
             {
-                lent.insert(name, r.clone());
+                lent.push((name, r.clone()));
             }
         };
         match (part, Flavor::of(proxy)) {
@@ -602,7 +604,7 @@ impl GeneratedSnapshot {
             }
             _ => {}
         }
-        lent
+        lent.into_iter().collect()
     }
 
     pub fn push_context(&self) -> &Arc<PushContext> {
@@ -788,13 +790,16 @@ impl GeneratedSnapshot {
         findings: &mut Vec<Finding>,
     ) -> ResourceMap {
         let mut lent = ResourceMap::new();
-        let mut resources = self.generate_lending(proxy, scope, part, &mut lent, findings);
+        let resources = self.generate_lending(proxy, scope, part, &mut lent, findings);
         self.generated_resources[part_index(part)]
             .fetch_add(resources.len() as u64, Ordering::Relaxed);
         self.reused_resources
             .fetch_add(lent.len() as u64, Ordering::Relaxed);
-        resources.extend(lent);
-        resources
+        // Their names are disjoint; the few generated resources go into the many lent.
+        for (name, resource) in resources {
+            lent.entry(name).or_insert(resource);
+        }
+        lent
     }
 
     /// Generates one part but for the resources put in `lent` (taken from the previous
@@ -841,13 +846,15 @@ impl GeneratedSnapshot {
                 }));
                 // The stubs that stand for reused listeners (those the sanitizer kept)
                 // are replaced by the previous snapshot's listeners.
+                let mut kept = Vec::new();
                 listeners.retain(|l| match offered.get(&l.name) {
                     Some(r) => {
-                        lent.insert(l.name.clone(), r.clone());
+                        kept.push((l.name.clone(), r.clone()));
                         false
                     }
                     None => true,
                 });
+                *lent = kept.into_iter().collect();
                 encode(listeners, |l| &l.name)
             }
             Part::InboundListener => {
