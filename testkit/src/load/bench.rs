@@ -656,5 +656,17 @@ fn print_report(config: &BenchConfig, mode: Mode, real: &Report, null: Option<&R
             percentile(&pushed, 50.0),
             percentile(&pushed, 99.0)
         );
+        println!(
+            "each edit, write → snapshot at the streams + → last response sent (ms): {}",
+            real.edits
+                .iter()
+                .map(|c| format!(
+                    "{:.0}+{:.0}",
+                    ms(c.handoff).unwrap_or(f64::NAN),
+                    ms(c.pushed_to_all).unwrap_or(f64::NAN)
+                ))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
     }
 }
