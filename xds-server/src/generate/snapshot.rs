@@ -14,7 +14,7 @@
 //! small cache ([`PLAN_CACHE_CAPACITY`]), and the first part of a scope that needs it
 //! generates its planned siblings. A stream asks a snapshot for each of its types: its
 //! scope is computed once per snapshot, and each scope's parts per type are looked up
-//! once for all its streams ([`ServedScope`]).
+//! once for all its streams (`ServedScope`).
 //!
 //! The generators do no telemetry: each part's generation returns its [`Finding`]s, and
 //! `report` logs and counts them here — once per generated part, since parts are
