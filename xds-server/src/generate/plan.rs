@@ -64,7 +64,7 @@ pub struct OutboundPlan {
     pub sidecar: Arc<SidecarScope>,
     /// What the sidecar scope decided, shared by every plan that came out the same
     /// ([`PLANNED_CLUSTERS`]): without Sidecars and `exportTo` restrictions, the plans of all
-    /// namespaces (a snapshot keeps one per scope, ~0.5–1 MB each at 1,000 services).
+    /// namespaces (a snapshot keeps one plan per scope, about 1 MB each at 1,000 services).
     planned: Arc<PlannedClusters>,
 }
 

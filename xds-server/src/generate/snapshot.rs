@@ -147,9 +147,10 @@ impl<K: Eq + Hash + Clone, V: Clone> Cache<K, V> {
     }
 }
 
-/// At most this many outbound plans are kept per snapshot (each is about a cluster's
-/// name, service, port and shared policy per cluster the scope sees: ~0.3 MB at 1,000
-/// services). Past it a scope's plan is computed again when one of its parts is.
+/// At most this many outbound plans are kept per snapshot (a plan holds a cluster's name,
+/// service, port and shared policy per cluster the scope sees: about 1 MB at 1,000
+/// services, unless its clusters are shared with another plan's, `plan.rs`). Past it a
+/// scope's plan is computed again when one of its parts is.
 pub const PLAN_CACHE_CAPACITY: usize = 64;
 
 /// At most this many parts are cached per snapshot. Scopes are bounded by the snapshot
@@ -193,11 +194,7 @@ pub fn reuse_rule(
     if summary.mesh_changed {
         return Reuse::No;
     }
-    let only_virtual_services = summary
-        .configs
-        .iter()
-        .all(|k| k.kind == ConfigKind::VirtualService);
-    let plan_kept = summary.services.is_empty() && only_virtual_services;
+    let plan_kept = plan_kept(summary);
     let eds_only = summary.endpoints.is_empty() || change == ChangeKind::EndpointsOnly;
     let whole_if = |kept: bool| if kept { Reuse::Whole } else { Reuse::No };
     // The kinds whose effect on the inbound parts the projected scope captures (the
@@ -230,6 +227,21 @@ pub fn reuse_rule(
             }
         }
     }
+}
+
+/// Whether no config changed but VirtualServices (nothing at all, too).
+fn only_virtual_services(summary: &ChangeSummary) -> bool {
+    summary
+        .configs
+        .iter()
+        .all(|k| k.kind == ConfigKind::VirtualService)
+}
+
+/// Whether an outbound plan made before `summary`'s change is still right after it: a
+/// plan reads services, DestinationRules, the mesh config and — only through a Sidecar's
+/// imports — VirtualServices (which a scope with a Sidecar must still check).
+fn plan_kept(summary: &ChangeSummary) -> bool {
+    !summary.mesh_changed && summary.services.is_empty() && only_virtual_services(summary)
 }
 
 /// The snapshot a [`GeneratedSnapshot::following`] one may take parts from.
@@ -315,15 +327,6 @@ impl ServedScope {
             scope,
             parts: Default::default(),
         })
-    }
-}
-
-fn type_index(kind: XdsType) -> usize {
-    match kind {
-        XdsType::Cluster => 0,
-        XdsType::Endpoint => 1,
-        XdsType::Listener => 2,
-        XdsType::Route => 3,
     }
 }
 
@@ -445,17 +448,11 @@ impl GeneratedSnapshot {
     ) -> Self {
         let summary = diff(&previous.push, &push);
         let change = change_kind_of(&previous.push, &push, &summary);
-        let only_virtual_services = summary
-            .configs
-            .iter()
-            .all(|k| k.kind == ConfigKind::VirtualService);
-        let vs_hosts_changed = (only_virtual_services && !summary.configs.is_empty())
+        let vs_hosts_changed = (only_virtual_services(&summary) && !summary.configs.is_empty())
             .then(|| virtual_service_hosts_changed(&previous.push, &push))
             .flatten();
         let mut snapshot = Self::new_since(push, version, Some(previous.version), change);
-        snapshot.scopes_kept = only_virtual_services
-            && !summary.mesh_changed
-            && summary.services.is_empty()
+        snapshot.scopes_kept = plan_kept(&summary)
             && summary.endpoints.is_empty()
             && snapshot.index.same_scopes_as(&previous.index);
         snapshot.base = Some(Base {
@@ -739,14 +736,7 @@ impl GeneratedSnapshot {
     /// workload-selector DestinationRules.)
     fn previous_plan(&self, key: &Scope) -> Option<Arc<OutboundPlan>> {
         let base = self.base.as_ref()?;
-        let summary = &base.summary;
-        let kept = !summary.mesh_changed
-            && summary.services.is_empty()
-            && summary
-                .configs
-                .iter()
-                .all(|k| k.kind == ConfigKind::VirtualService);
-        if !kept || key.sidecar.is_some() {
+        if !plan_kept(&base.summary) || key.sidecar.is_some() {
             return None;
         }
         base.previous.upgrade()?.plans.peek(key)
@@ -1076,7 +1066,7 @@ impl XdsSnapshot for GeneratedSnapshot {
             return Vec::new();
         }
         let served = self.stream_scope(proxy);
-        served.parts[type_index(kind)]
+        served.parts[kind.index()]
             .get_or_init(|| self.parts_in(proxy, &served.scope, kind))
             .clone()
     }
